@@ -1,0 +1,35 @@
+"""hf-vaswani: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model.
+
+Importing the package registers the classes with the Auto factories and marks them for `save_pretrained` to copy
+their code and write `auto_map`, so saved folders load with `trust_remote_code=True` where this package is absent.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .configuration_vaswani import VaswaniConfig
+from .modeling_vaswani import (
+    GNMTLengthPenalty,
+    VaswaniForConditionalGeneration,
+    VaswaniModel,
+    VaswaniPreTrainedModel,
+    sinusoidal_position_encoding,
+)
+
+AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
+AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, exist_ok=True)
+
+VaswaniConfig.register_for_auto_class()
+VaswaniModel.register_for_auto_class("AutoModel")
+VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GNMTLengthPenalty",
+    "VaswaniConfig",
+    "VaswaniForConditionalGeneration",
+    "VaswaniModel",
+    "VaswaniPreTrainedModel",
+    "sinusoidal_position_encoding",
+]

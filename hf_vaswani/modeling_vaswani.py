@@ -1,0 +1,786 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), as a Hugging Face seq2seq model.
+
+One self-contained file in the order of the paper. It imports only torch, transformers, the standard library and
+its sibling configuration file, so a folder written by `save_pretrained` loads with `trust_remote_code=True` on a
+machine that never installed hf_vaswani.
+
+Where this code differs from the paper or from `modeling_marian.py`, a comment says so at that line.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import logging
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vaswani import VaswaniConfig
+
+logger = logging.get_logger(__name__)
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: the start token followed by the labels without their last token.
+
+    Ignored label positions (-100) become padding, which the causal self-attention never lets a real position see.
+    """
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError("VaswaniConfig: pad_token_id and decoder_start_token_id must be set to shift labels")
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.5 Positional encoding
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_position_encoding(position_ids: torch.Tensor, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)), §3.5.
+
+    Sines and cosines are interleaved as the formula writes them; Marian and fairseq put all sines first and all
+    cosines second, which is a permutation of the channels and so not interchangeable with trained weights.
+    Computed in float32 from the positions, so nothing is stored, trained, or left uninitialised when
+    `from_pretrained` builds the model on the meta device.
+    """
+    exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device=position_ids.device) / d_model
+    inverse_frequencies = torch.pow(10000.0, -exponents)  # (d_model/2,)
+    angles = position_ids.to(torch.float32)[..., None] * inverse_frequencies  # (..., d_model/2)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (..., d_model): sin, cos, sin, cos, ...
+
+
+class VaswaniSinusoidalPositionalEmbedding(nn.Module):
+    """The fixed positional encodings of §3.5; no parameters."""
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__()
+        self.d_model = config.d_model
+        self.max_positions = config.max_position_embeddings
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        # Longer inputs are allowed: the formula is defined for every position (§3.5 hopes it extrapolates).
+        if position_ids.shape[-1] > self.max_positions:
+            logger.warning_once(
+                f"Sequence of {position_ids.shape[-1]} positions is longer than max_position_embeddings="
+                f"{self.max_positions}; the sinusoidal encodings are still defined there, but the model never "
+                "saw such positions in training."
+            )
+        return sinusoidal_position_encoding(position_ids, self.d_model)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.2 Attention
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention(Q, K, V) = softmax(QK^T / sqrt(d_k)) V, §3.2.1 (equation 1)."""
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, nh, T_q, T_k)
+    if attention_mask is not None:
+        # The mask helpers fill masked places with the dtype's minimum, never -inf: a fully masked row
+        # becomes a uniform distribution instead of NaN.
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value)  # (B, nh, T_q, hs)
+    attn_output = attn_output.transpose(1, 2).contiguous()  # (B, T_q, nh, hs)
+    return attn_output, attn_weights
+
+
+class VaswaniAttention(nn.Module):
+    """Multi-head attention, §3.2.2: one class for encoder self-attention, masked decoder self-attention and
+    encoder-decoder attention (queries from the decoder, keys and values from the encoder output, §3.2.3)."""
+
+    def __init__(self, config: VaswaniConfig, num_heads: int, is_causal: bool = False, layer_idx: int | None = None):
+        super().__init__()
+        self.config = config
+        self.embed_dim = config.d_model
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads  # d_k = d_v = d_model / h
+        self.scaling = self.head_dim**-0.5  # the 1 / sqrt(d_k) of equation 1
+        self.attention_dropout = config.attention_dropout
+        # Read by the sdpa/flash integrations when no mask is given: must be False for encoder and cross-attention.
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+
+        self.q_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.k_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.v_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.out_proj = nn.Linear(self.embed_dim, self.embed_dim)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        batch_size, query_length = hidden_states.shape[:2]
+
+        query_states = self.q_proj(hidden_states)
+        query_states = query_states.view(batch_size, query_length, -1, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+
+        layer_cache = None
+        if past_key_values is not None:
+            if isinstance(past_key_values, EncoderDecoderCache):
+                layer_cache = (
+                    past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+                )
+            else:
+                layer_cache = past_key_values
+
+        if is_cross_attention and layer_cache is not None and past_key_values.is_updated.get(self.layer_idx):
+            # The encoder output does not change while decoding: its keys and values are projected once per source.
+            key_states = layer_cache.layers[self.layer_idx].keys
+            value_states = layer_cache.layers[self.layer_idx].values
+        else:
+            source_states = key_value_states if is_cross_attention else hidden_states
+            source_length = source_states.shape[1]
+            key_states = self.k_proj(source_states).view(batch_size, source_length, -1, self.head_dim).transpose(1, 2)
+            value_states = self.v_proj(source_states).view(batch_size, source_length, -1, self.head_dim).transpose(1, 2)
+            if layer_cache is not None:
+                key_states, value_states = layer_cache.update(key_states, value_states, self.layer_idx)
+                if is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        # Concat(head_1, ..., head_h) W^O
+        attn_output = attn_output.reshape(batch_size, query_length, -1).contiguous()  # (B, T, d_model)
+        attn_output = self.out_proj(attn_output)
+        return attn_output, attn_weights
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (equation 2), applied to each position separately."""
+
+    def __init__(self, config: VaswaniConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        # Not in the paper (0 by default): dropout on the inner activations, as tensor2tensor allowed.
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder layers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniEncoderLayer(GradientCheckpointingLayer):
+    """Self-attention, then feed-forward; each sub-layer wrapped as LayerNorm(x + Dropout(Sublayer(x))), §3.1/§5.4."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.dropout = config.dropout
+        self.normalize_before = config.normalize_before
+        self.self_attn = VaswaniAttention(config, config.encoder_attention_heads, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VaswaniFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
+        # --- sub-layer 1: multi-head self-attention ---
+        residual = hidden_states
+        if self.normalize_before:  # pre-LN option, not the paper
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)  # LayerNorm(x + Sublayer(x)), §3.1
+
+        # --- sub-layer 2: position-wise feed-forward ---
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.feed_forward(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
+
+
+class VaswaniDecoderLayer(GradientCheckpointingLayer):
+    """Masked self-attention, encoder-decoder attention, feed-forward; each post-LN as in the encoder, §3.1."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.dropout = config.dropout
+        self.normalize_before = config.normalize_before
+        self.self_attn = VaswaniAttention(config, config.decoder_attention_heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VaswaniAttention(config, config.decoder_attention_heads, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VaswaniFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        # --- sub-layer 1: masked multi-head self-attention (position i sees positions <= i, §3.2.3) ---
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.self_attn(
+            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        # --- sub-layer 2: encoder-decoder attention, queries from the decoder, keys/values from the encoder ---
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.encoder_attn(
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            **kwargs,
+        )
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+
+        # --- sub-layer 3: position-wise feed-forward ---
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.feed_forward(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pretrained base: initialisation and capabilities
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniPreTrainedModel(PreTrainedModel):
+    config: VaswaniConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """The paper does not state its initialisation; its code (tensor2tensor, transformer_base) used:
+
+        - every projection: Glorot/Xavier uniform ("uniform_unit_scaling" with gain 1, fan_avg), zero biases;
+        - the shared embedding: N(0, d_model^-0.5), so that after the sqrt(d_model) scaling of §3.4 the token
+          embeddings have unit variance, the same scale as the positional encodings;
+        - LayerNorm: gain 1, bias 0.
+        """
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.1 The encoder and decoder stacks
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniEncoder(VaswaniPreTrainedModel):
+    """N identical layers over embedded source tokens plus positional encodings."""
+
+    _can_record_outputs = {"hidden_states": VaswaniEncoderLayer, "attentions": VaswaniAttention}
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_positions = VaswaniSinusoidalPositionalEmbedding(config)
+        self.layers = nn.ModuleList([VaswaniEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)])
+        # Pre-LN leaves the last residual stream un-normalised, so it needs a final LayerNorm; post-LN does not.
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("VaswaniEncoder: give exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        batch_size, source_length = inputs_embeds.shape[:2]
+
+        # Positions count real tokens only, so a left-padded sentence gets the same encodings as unpadded.
+        if attention_mask is not None and attention_mask.dim() == 2:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        else:
+            position_ids = torch.arange(source_length, device=inputs_embeds.device).expand(batch_size, -1)
+        positions = self.embed_positions(position_ids).to(inputs_embeds.dtype)
+
+        # §5.4: dropout on the sums of the embeddings and the positional encodings.
+        hidden_states = nn.functional.dropout(inputs_embeds + positions, p=self.dropout, training=self.training)
+
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for encoder_layer in self.layers:
+            hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VaswaniDecoder(VaswaniPreTrainedModel):
+    """N identical layers over the shifted target, attending to the encoder output."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniDecoderLayer,
+        "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_positions = VaswaniSinusoidalPositionalEmbedding(config)
+        self.layers = nn.ModuleList([VaswaniDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("VaswaniDecoder: give exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        batch_size, target_length = inputs_embeds.shape[:2]
+
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+
+        # A step of incremental decoding continues the positions where the cache stops.
+        position_ids = torch.arange(past_length, past_length + target_length, device=inputs_embeds.device)
+        positions = self.embed_positions(position_ids.expand(batch_size, -1)).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(inputs_embeds + positions, p=self.dropout, training=self.training)
+
+        self_attention_cache = (
+            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
+        )
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, so gradient checkpointing passes it through
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, past_key_values=past_key_values)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The encoder-decoder (§3, Figure 1)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniModel(VaswaniPreTrainedModel):
+    """Encoder and decoder sharing one token embedding matrix (§3.4); returns decoder hidden states."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoder = VaswaniEncoder(config)
+        self.decoder = VaswaniDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.shared = value
+        self.encoder.embed_tokens = value
+        self.decoder.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class GNMTLengthPenalty(float):
+    """The length penalty of Wu et al. (2016), used by the paper's beam search (§6.1, alpha = 0.6):
+
+        score(Y) = log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
+
+    Hugging Face's `length_penalty` divides by |Y| ** alpha instead. This float carries alpha through
+    `GenerationMixin._beam_search` and marks the GNMT formula for the two scoring hooks below.
+    """
+
+    def penalty(self, length: int | torch.Tensor) -> float | torch.Tensor:
+        return ((5.0 + length) / 6.0) ** float(self)
+
+
+class _SourceLengthStoppingCriteria(StoppingCriteria):
+    """Ends each row once it holds source length + offset generated tokens (§6.1: "input length + 50")."""
+
+    def __init__(self, max_new_tokens_per_row: torch.Tensor, prompt_length: int = 1):
+        self.max_new_tokens_per_row = max_new_tokens_per_row
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        # Beam search and num_return_sequences expand each source row into consecutive copies.
+        copies = input_ids.shape[0] // self.max_new_tokens_per_row.shape[0]
+        limits = self.max_new_tokens_per_row.to(input_ids.device).repeat_interleave(copies)
+        return (input_ids.shape[1] - self.prompt_length) >= limits
+
+
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+    """The Transformer with its pre-softmax linear transformation, which shares the embedding matrix (§3.4)."""
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.shared.weight",
+        "model.encoder.embed_tokens.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.model = VaswaniModel(config)
+        # No output bias: the paper's softmax layer is the transposed embedding matrix alone (§3.4).
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        # The paper's decoding (§6.1) unless a saved generation_config.json says otherwise: beam 4, GNMT length
+        # penalty 0.6, outputs at most 50 tokens longer than their source. Greedy: generate(num_beams=1).
+        self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping="never")
+        self.generation_config.length_penalty_type = "gnmt"
+        self.generation_config.max_length_offset = 50
+        # Not derived from the model config any more: without this, loading the saved file drops the two entries.
+        self.generation_config._from_model_config = False
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def get_encoder(self) -> VaswaniEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> VaswaniDecoder:
+        return self.model.decoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        label_smoothing: float = 0.0,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels: target token ids, -100 where no loss is wanted. When given without `decoder_input_ids`, the
+            decoder inputs are the labels shifted right behind `decoder_start_token_id` (teacher forcing).
+        label_smoothing: epsilon_ls of §5.4 (the paper trains with 0.1). Spread over all classes, as in
+            `torch.nn.functional.cross_entropy`.
+        num_items_in_batch: the number of label tokens in the whole (accumulated, all-process) batch, passed by
+            the Trainer; the loss is then sum / num_items_in_batch so gradient accumulation is exact.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(),
+                labels.flatten().to(logits.device),
+                ignore_index=-100,
+                reduction="sum",
+                label_smoothing=label_smoothing,
+            )
+            if num_items_in_batch is None:
+                num_items_in_batch = (labels != -100).sum()
+            if isinstance(num_items_in_batch, torch.Tensor):
+                num_items_in_batch = num_items_in_batch.to(loss.device)
+            loss = loss / num_items_in_batch
+
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # §6.1 decoding: beam search with the GNMT length penalty and a maximum length of input length + 50
+    # -----------------------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, stopping_criteria=None, **kwargs):
+        """`GenerationMixin.generate` plus two generation-config entries for the paper's decoding (§6.1):
+
+        - `length_penalty_type="gnmt"`: beam hypotheses are ranked by log P / ((5 + |Y|) / 6) ** length_penalty
+          (Wu et al., 2016) instead of Hugging Face's log P / |Y| ** length_penalty.
+        - `max_length_offset=k`: each output is at most (its source length in tokens) + k tokens long, and the
+          batch stops at the longest source + k, unless `max_length`/`max_new_tokens` are passed explicitly.
+        Both can be set in `generation_config.json` or passed as keyword arguments.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        offset = kwargs.pop("max_length_offset", getattr(config, "max_length_offset", None))
+        if offset is not None:
+            source_lengths = self._source_lengths(inputs, kwargs)
+            if source_lengths is not None:
+                row_limits = source_lengths + int(offset)
+                if kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None:
+                    kwargs["max_new_tokens"] = int(row_limits.max())
+                criteria = StoppingCriteriaList([_SourceLengthStoppingCriteria(row_limits)])
+                if stopping_criteria is not None:
+                    criteria.extend(stopping_criteria)
+                stopping_criteria = criteria
+        return super().generate(inputs, generation_config, stopping_criteria=stopping_criteria, **kwargs)
+
+    def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
+        attention_mask = kwargs.get("attention_mask")
+        if attention_mask is not None:
+            return attention_mask.sum(-1)
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        if input_ids is None:
+            return None
+        if self.config.pad_token_id is None:
+            return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
+        return (input_ids != self.config.pad_token_id).sum(-1)
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **kw):
+        # `generation_config` is generate()'s private copy, so marking its length penalty here touches nothing else.
+        if getattr(generation_config, "length_penalty_type", None) == "gnmt":
+            generation_config.length_penalty = GNMTLengthPenalty(generation_config.length_penalty)
+        return super()._beam_search(
+            input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=synced_gpus, **kw
+        )
+
+    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
+        if isinstance(length_penalty, GNMTLengthPenalty):
+            # Normalise here and let the stock code divide by |Y| ** 0 = 1.
+            topk_log_probs = topk_log_probs / length_penalty.penalty(cur_len + 1 - decoder_prompt_len)
+            length_penalty = 0.0
+        return super()._update_finished_beams(
+            topk_log_probs=topk_log_probs,
+            cur_len=cur_len,
+            decoder_prompt_len=decoder_prompt_len,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
+    @staticmethod
+    def _check_early_stop_heuristic(
+        *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
+    ):
+        if isinstance(length_penalty, GNMTLengthPenalty):
+            # The same bound as the stock heuristic, with the GNMT denominator at the length it assumes.
+            if early_stopping == "never" and length_penalty > 0.0:
+                best_length = max_length - decoder_prompt_len
+            else:
+                best_length = cur_len - decoder_prompt_len
+            running_beam_scores = running_beam_scores / length_penalty.penalty(best_length)
+            length_penalty = 0.0
+        return GenerationMixin._check_early_stop_heuristic(
+            running_beam_scores=running_beam_scores,
+            cur_len=cur_len,
+            max_length=max_length,
+            decoder_prompt_len=decoder_prompt_len,
+            early_stopping=early_stopping,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
+
+__all__ = [
+    "GNMTLengthPenalty",
+    "VaswaniForConditionalGeneration",
+    "VaswaniModel",
+    "VaswaniPreTrainedModel",
+    "sinusoidal_position_encoding",
+]

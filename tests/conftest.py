@@ -1,0 +1,39 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
+
+
+def tiny_config(**overrides):
+    from hf_vaswani import VaswaniConfig
+
+    values = dict(
+        vocab_size=64,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.0,
+        max_position_embeddings=128,
+    )
+    values.update(overrides)
+    return VaswaniConfig(**values)
+
+
+def tiny_model(seed: int = 0, **overrides):
+    from hf_vaswani import VaswaniForConditionalGeneration
+
+    torch.manual_seed(seed)
+    return VaswaniForConditionalGeneration(tiny_config(**overrides)).eval()
+
+
+@pytest.fixture
+def model():
+    return tiny_model()

@@ -1,0 +1,274 @@
+import functools
+
+import pytest
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+from hf_vaswani import GNMTLengthPenalty
+from tests.conftest import tiny_model
+
+PAD, BOS, EOS = 1, 0, 2
+
+
+def _sources(seed=0, lengths=(6, 3, 5), vocab=64):
+    """A right-padded batch of sources, each ending in EOS."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    input_ids = torch.full((len(lengths), width), PAD)
+    for row, length in enumerate(lengths):
+        input_ids[row, : length - 1] = torch.randint(3, vocab, (length - 1,), generator=generator)
+        input_ids[row, length - 1] = EOS
+    return input_ids, (input_ids != PAD).long()
+
+
+def _copy_batch(size: int, generator: torch.Generator | None = None):
+    """Sources of 2-6 random tokens plus EOS; the labels are the same tokens (a copy task)."""
+    lengths = torch.randint(2, 7, (size,), generator=generator)
+    tokens = torch.randint(3, 20, (size, 6), generator=generator)
+    input_ids = torch.full((size, 7), PAD)
+    labels = torch.full((size, 7), -100)
+    for row, length in enumerate(lengths.tolist()):
+        input_ids[row, :length] = labels[row, :length] = tokens[row, :length]
+        input_ids[row, length] = labels[row, length] = EOS
+    return input_ids, (input_ids != PAD).long(), labels
+
+
+@functools.cache
+def _trained_model():
+    """A tiny model fitted for a few steps to a copy task, so generation has non-degenerate preferences
+    (outputs of several lengths, EOS neither immediate nor never)."""
+    torch.manual_seed(0)
+    model = tiny_model(dropout=0.0).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
+    for _ in range(100):
+        input_ids, attention_mask, labels = _copy_batch(32)
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return _trained_model()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_incremental_decoding_equals_full_forward(attn_implementation):
+    model = tiny_model(attn_implementation=attn_implementation)
+    input_ids, attention_mask = _sources()
+    decoder_input_ids = torch.randint(3, 64, (3, 7))
+    decoder_input_ids[:, 0] = BOS
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+
+    encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    steps = []
+    for t in range(decoder_input_ids.shape[1]):
+        out = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids[:, t : t + 1],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.get_seq_length() == decoder_input_ids.shape[1]
+
+
+@torch.no_grad()
+def test_cross_attention_keys_and_values_are_projected_once_per_source(trained):
+    calls = {"k": 0, "v": 0}
+    hooks = []
+    for layer in trained.model.decoder.layers:
+        hooks.append(layer.encoder_attn.k_proj.register_forward_hook(lambda *_: calls.__setitem__("k", calls["k"] + 1)))
+        hooks.append(layer.encoder_attn.v_proj.register_forward_hook(lambda *_: calls.__setitem__("v", calls["v"] + 1)))
+    input_ids, attention_mask = _sources()
+    output = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
+    for hook in hooks:
+        hook.remove()
+    assert output.shape[1] > 2  # several decoding steps ran
+    assert calls == {"k": trained.config.decoder_layers, "v": trained.config.decoder_layers}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_cached_and_uncached_generation_agree(trained, num_beams):
+    input_ids, attention_mask = _sources()
+    kwargs = dict(attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10)
+    cached = trained.generate(input_ids, use_cache=True, **kwargs)
+    uncached = trained.generate(input_ids, use_cache=False, **kwargs)
+    assert torch.equal(cached, uncached)
+
+
+@torch.no_grad()
+def test_greedy_matches_a_hand_written_argmax_loop(trained):
+    input_ids, attention_mask = _sources(lengths=(6,))
+    generated = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
+    decoder_input_ids = torch.tensor([[BOS]])
+    for _ in range(8):
+        logits = trained(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        next_token = logits[:, -1].argmax(-1, keepdim=True)
+        decoder_input_ids = torch.cat([decoder_input_ids, next_token], 1)
+        if next_token.item() == EOS:
+            break
+    assert generated[0, : decoder_input_ids.shape[1]].tolist() == decoder_input_ids[0].tolist()
+
+
+@torch.no_grad()
+def test_fixture_model_is_not_degenerate(trained):
+    """Otherwise the generation tests below would compare trivial outputs."""
+    input_ids, attention_mask, labels = _copy_batch(40, torch.Generator().manual_seed(1))
+    output = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=9)
+    lengths = ((output != PAD) & (output != EOS)).sum(-1) - 1
+    assert len(set(lengths.tolist())) >= 3
+    assert (output[:, 1] == input_ids[:, 0]).float().mean() > 0.5  # it has started to copy
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_padded_batch_equals_each_sentence_alone(trained, num_beams, attn_implementation):
+    trained.set_attn_implementation(attn_implementation)
+    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    batch = trained.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10)
+    for row in range(input_ids.shape[0]):
+        length = int(attention_mask[row].sum())
+        alone = trained.generate(input_ids[row : row + 1, :length], num_beams=num_beams, max_new_tokens=10)
+        width = alone.shape[1]
+        assert batch[row, :width].tolist() == alone[0].tolist()
+        assert (batch[row, width:] == PAD).all()
+    trained.set_attn_implementation("sdpa")
+
+
+@torch.no_grad()
+def test_sampling_is_seeded_and_varies(trained):
+    input_ids, attention_mask = _sources()
+    kwargs = dict(attention_mask=attention_mask, do_sample=True, num_beams=1, max_new_tokens=10, temperature=2.0)
+    torch.manual_seed(0)
+    a = trained.generate(input_ids, **kwargs)
+    torch.manual_seed(0)
+    b = trained.generate(input_ids, **kwargs)
+    torch.manual_seed(1)
+    c = trained.generate(input_ids, **kwargs)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@torch.no_grad()
+def test_beam_search_with_one_beam_is_greedy(trained):
+    input_ids, attention_mask = _sources()
+    greedy = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=10)
+    beam = trained.generate(
+        input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=10, length_penalty_type=None
+    )
+    assert torch.equal(greedy, beam)
+
+
+# ---- §6.1: the paper's decoding defaults ----------------------------------------------------------------------------
+
+
+def test_default_generation_config_is_the_papers(model):
+    config = model.generation_config
+    assert config.num_beams == 4 and config.length_penalty == 0.6
+    assert config.length_penalty_type == "gnmt" and config.max_length_offset == 50
+
+
+@torch.no_grad()
+def test_max_length_is_source_length_plus_offset():
+    model = tiny_model()
+    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    # EOS suppressed, so the length limit alone ends each row
+    output = model.generate(
+        input_ids, attention_mask=attention_mask, num_beams=1, max_length_offset=4, suppress_tokens=[EOS]
+    )
+    generated = (output[:, 1:] != PAD).sum(-1)
+    assert generated.tolist() == [6 + 4, 3 + 4, 5 + 4]
+
+
+@torch.no_grad()
+def test_gnmt_scores_are_sum_logprob_over_gnmt_penalty(trained):
+    input_ids, attention_mask = _sources(lengths=(6,))
+    out = trained.generate(
+        input_ids,
+        attention_mask=attention_mask,
+        num_beams=4,
+        length_penalty=0.6,
+        length_penalty_type="gnmt",
+        max_new_tokens=10,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    sequence = out.sequences[0]
+    length = int((sequence[1:] != PAD).sum())  # generated tokens, EOS included
+    logits = trained(input_ids=input_ids, decoder_input_ids=sequence[None, :length]).logits
+    log_probs = logits.log_softmax(-1)[0, torch.arange(length), sequence[1 : length + 1]]
+    expected = log_probs.sum() / ((5 + length) / 6) ** 0.6
+    assert out.sequences_scores[0].item() == pytest.approx(expected.item(), abs=1e-4)
+
+
+def _finish_two_hypotheses(model, length_penalty):
+    """Drive the beam bookkeeping: hypothesis A (log P = -2.0) ends after 3 tokens, B (log P = -3.3) after 9.
+
+    GNMT(0.6):  A = -2.0 / (8/6)^0.6 = -1.683,  B = -3.3 / (14/6)^0.6 = -1.985  -> keeps A
+    HF   (0.6): A = -2.0 / 3^0.6     = -1.035,  B = -3.3 / 9^0.6      = -0.883  -> keeps B
+    """
+    num_beams, width = 1, 12
+    sequences = torch.zeros(1, num_beams, width, dtype=torch.long)
+    beam_scores = torch.full((1, num_beams), -1.0e9)
+    beam_indices = torch.zeros(1, num_beams, width, dtype=torch.long)
+    is_sent_finished = torch.zeros(1, num_beams, dtype=torch.bool)
+    for tag, log_prob, cur_len in ((11, -2.0, 3), (22, -3.3, 9)):
+        running = torch.full((1, 2 * num_beams, width), tag)
+        sequences, beam_scores, beam_indices, is_sent_finished = model._update_finished_beams(
+            sequences=sequences,
+            topk_running_sequences=running,
+            beam_scores=beam_scores,
+            topk_log_probs=torch.tensor([[log_prob, -50.0]]),
+            beam_indices=beam_indices,
+            topk_running_beam_indices=torch.zeros(1, 2 * num_beams, width, dtype=torch.long),
+            is_early_stop_heuristic_unsatisfied=torch.ones(1, 1, dtype=torch.bool),
+            is_sent_finished=is_sent_finished,
+            next_token_hits_stopping_criteria=torch.tensor([[True, False]]),
+            top_num_beam_mask=torch.tensor([True, False]),
+            num_beams=num_beams,
+            cur_len=cur_len,
+            decoder_prompt_len=1,
+            length_penalty=length_penalty,
+            early_stopping="never",
+        )
+    return int(sequences[0, 0, 0]), beam_scores[0, 0].item()
+
+
+def test_gnmt_length_penalty_ranks_hypotheses_as_the_formula_says(model):
+    kept, score = _finish_two_hypotheses(model, GNMTLengthPenalty(0.6))
+    assert kept == 11 and score == pytest.approx(-2.0 / (8 / 6) ** 0.6, abs=1e-5)
+    kept, score = _finish_two_hypotheses(model, 0.6)  # Hugging Face's formula ranks them the other way
+    assert kept == 22 and score == pytest.approx(-3.3 / 9**0.6, abs=1e-5)
+
+
+def test_gnmt_penalty_values():
+    assert GNMTLengthPenalty(0.6).penalty(1) == pytest.approx(1.0)
+    assert GNMTLengthPenalty(0.6).penalty(25) == pytest.approx(5**0.6)
+    assert GNMTLengthPenalty(0.0).penalty(40) == 1.0
+
+
+@torch.no_grad()
+def test_gnmt_and_hf_penalties_both_run_end_to_end():
+    model = _trained_model()
+    input_ids, attention_mask = _sources(lengths=(6, 4))
+    for kind in ("gnmt", None):
+        out = model.generate(
+            input_ids,
+            attention_mask=attention_mask,
+            num_beams=4,
+            length_penalty=1.0,
+            length_penalty_type=kind,
+            max_new_tokens=10,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        assert torch.isfinite(out.sequences_scores).all()
