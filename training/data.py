@@ -1,0 +1,664 @@
+"""Parallel corpora as a `datasets.DatasetDict` with one column, `{"translation": {src: str, tgt: str}}`.
+
+One entry point, `load_parallel_data`, reads from one of three sources:
+
+1. A dataset on the Hugging Face Hub (or a local folder laid out like one), through
+   `datasets.load_dataset(dataset_name, dataset_config_name)`. Either it already has the WMT-style
+   `translation` column, or it has two text columns (named by the languages, or named with
+   `source_column` / `target_column`) that are converted.
+2. Local files, one per split (`train_file`, `validation_file`, `test_file`) or found in `data_dir`.
+   The format follows the extension (an optional trailing `.gz` is decompressed):
+
+   * `.jsonl` / `.json`: JSON lines, `{"translation": {"de": "...", "en": "..."}}` per line.
+   * `.tsv`: two tab-separated fields per line, source then target. The first line is a header if and
+     only if its two fields are exactly the two language codes (`de<TAB>en` or `en<TAB>de`); the header
+     then says which column holds which language. Fields are taken literally (no CSV quoting).
+   * anything else: a *prefix* of a line-aligned pair of plain-text files, `PREFIX.SRC` and `PREFIX.TGT`
+     (each optionally `.gz`), as fairseq, OpenNMT and Multi30K ship them. Giving one of the two files
+     (`data/train.de`) names the same pair as its prefix (`data/train`).
+
+   `data_dir` finds the splits by name: `train`, then `validation` / `valid` / `val` / `dev`, then `test`
+   or the only `test*` set (Multi30K's `test_2016_flickr`); a split file given together with `data_dir`
+   is read relative to it, which is how one of several test sets is chosen.
+3. Nothing named: the embedded toy corpus from `training/toy_corpus.py` (imported lazily).
+
+The local readers are plain Python on purpose: reading line by line with strict UTF-8 lets every error name
+the file and the 1-based line, and corrupt data stops the run at load time, before any training step.
+Blank sentences: a pair whose source or target is empty or whitespace-only is dropped (it would train the
+model to map something to nothing); the count is logged as a warning and returned in `SplitStats`.
+Leading and trailing whitespace of a line in a local file is removed (line terminators, `\\r` of
+Windows files and stray spaces are artefacts of the one-sentence-per-line format); inner whitespace is kept.
+Hub datasets are fields, not lines, and are kept verbatim apart from dropping blank pairs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import datasets
+from datasets import Dataset, DatasetDict, Features, Translation
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+SPLITS = ("train", "validation", "test")
+# Names under which corpora ship their validation split (fairseq: valid, Multi30K: val, WMT: dev).
+_SPLIT_ALIASES = {
+    "train": ("train",),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test",),
+}
+_JSON_SUFFIXES = (".jsonl", ".json")
+_TSV_SUFFIXES = (".tsv",)
+
+
+class ParallelDataError(ValueError):
+    """Malformed parallel data; the message names the file (and line) and what is wrong."""
+
+
+@dataclass(frozen=True)
+class SplitStats:
+    """What was read for one split: where from, how many pairs were kept and how many blank pairs dropped."""
+
+    split: str
+    sources: tuple[str, ...]
+    num_pairs: int
+    num_skipped_empty: int
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Public entry point
+# ----------------------------------------------------------------------------------------------------------
+
+
+@overload
+def load_parallel_data(
+    source_lang: str | None = ...,
+    target_lang: str | None = ...,
+    *,
+    dataset_name: str | None = ...,
+    dataset_config_name: str | None = ...,
+    source_column: str | None = ...,
+    target_column: str | None = ...,
+    data_dir: PathLike | None = ...,
+    train_file: PathLike | None = ...,
+    validation_file: PathLike | None = ...,
+    test_file: PathLike | None = ...,
+    cache_dir: PathLike | None = ...,
+    toy_num_train: int | None = ...,
+    toy_num_validation: int | None = ...,
+    toy_num_test: int | None = ...,
+    seed: int = ...,
+    return_stats: Literal[False] = ...,
+) -> DatasetDict: ...
+
+
+@overload
+def load_parallel_data(
+    source_lang: str | None = ...,
+    target_lang: str | None = ...,
+    *,
+    dataset_name: str | None = ...,
+    dataset_config_name: str | None = ...,
+    source_column: str | None = ...,
+    target_column: str | None = ...,
+    data_dir: PathLike | None = ...,
+    train_file: PathLike | None = ...,
+    validation_file: PathLike | None = ...,
+    test_file: PathLike | None = ...,
+    cache_dir: PathLike | None = ...,
+    toy_num_train: int | None = ...,
+    toy_num_validation: int | None = ...,
+    toy_num_test: int | None = ...,
+    seed: int = ...,
+    return_stats: Literal[True],
+) -> tuple[DatasetDict, dict[str, SplitStats]]: ...
+
+
+def load_parallel_data(
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    *,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    source_column: str | None = None,
+    target_column: str | None = None,
+    data_dir: PathLike | None = None,
+    train_file: PathLike | None = None,
+    validation_file: PathLike | None = None,
+    test_file: PathLike | None = None,
+    cache_dir: PathLike | None = None,
+    toy_num_train: int | None = None,
+    toy_num_validation: int | None = None,
+    toy_num_test: int | None = None,
+    seed: int = 0,
+    return_stats: bool = False,
+) -> DatasetDict | tuple[DatasetDict, dict[str, SplitStats]]:
+    """Load a parallel corpus as a DatasetDict with splits among train/validation/test.
+
+    Every split has exactly one column, `"translation"`, of `{source_lang: str, target_lang: str}` dicts
+    (feature type `datasets.Translation`), whatever the source. See the module docstring for the sources
+    and formats.
+
+    Args:
+        source_lang, target_lang: language codes (`"de"`, `"en"`): keys of the translation dicts and
+            suffixes of plain-text files. Required except for the toy corpus, whose own codes are the default.
+        dataset_name, dataset_config_name: a Hub dataset (`"wmt14"`, `"de-en"`) or a local folder in the
+            Hub layout, loaded with `datasets.load_dataset`.
+        source_column, target_column: for a Hub dataset with two text columns not named by the languages.
+        data_dir: a folder with `train.*`, `val.*`/`valid.*`/`validation.*`/`dev.*` and `test*` files.
+        train_file, validation_file, test_file: a `.jsonl`/`.json`/`.tsv` file (optionally `.gz`) or the
+            prefix of a plain-text pair; relative to `data_dir` when that is given.
+        cache_dir: the `datasets` cache for the Hub path.
+        toy_num_train, toy_num_validation, toy_num_test, seed: sizes and seed of the toy corpus (`None`
+            keeps the toy corpus's defaults).
+        return_stats: also return `{split: SplitStats}`.
+
+    Raises:
+        FileNotFoundError: a named file, pair half or folder does not exist.
+        ValueError: conflicting or missing arguments.
+        ParallelDataError (a ValueError): malformed data; the message names the file, the 1-based line and
+            what is wrong (misaligned pair files name both files and both line counts).
+    """
+    split_files = {"train": train_file, "validation": validation_file, "test": test_file}
+    uses_files = data_dir is not None or any(f is not None for f in split_files.values())
+    if dataset_name is not None and uses_files:
+        raise ValueError(
+            f"dataset_name={dataset_name!r} cannot be combined with data_dir/train_file/validation_file/"
+            "test_file: name either a (Hub) dataset or local files"
+        )
+    if (source_column is None) != (target_column is None):
+        raise ValueError(
+            f"source_column={source_column!r} and target_column={target_column!r}: give both or neither"
+        )
+
+    if dataset_name is not None:
+        src, tgt = _require_langs(source_lang, target_lang, "dataset_name")
+        dataset_dict, stats = _load_hub_dataset(
+            dataset_name, dataset_config_name, src, tgt, source_column, target_column, cache_dir
+        )
+    elif uses_files:
+        src, tgt = _require_langs(source_lang, target_lang, "local files")
+        dataset_dict, stats = _load_local_files(data_dir, split_files, src, tgt)
+    else:
+        dataset_dict, stats = _load_toy_corpus(
+            source_lang, target_lang, toy_num_train, toy_num_validation, toy_num_test, seed
+        )
+
+    for split_stats in stats.values():
+        logger.info(
+            "%s split: %d pairs from %s",
+            split_stats.split,
+            split_stats.num_pairs,
+            ", ".join(split_stats.sources),
+        )
+    if return_stats:
+        return dataset_dict, stats
+    return dataset_dict
+
+
+def _require_langs(source_lang: str | None, target_lang: str | None, what: str) -> tuple[str, str]:
+    if not source_lang or not target_lang:
+        raise ValueError(
+            f"source_lang={source_lang!r} and target_lang={target_lang!r}: both languages are required "
+            f"when loading from {what}"
+        )
+    if source_lang == target_lang:
+        raise ValueError(f"source_lang and target_lang are both {source_lang!r}; they must differ")
+    return source_lang, target_lang
+
+
+def _translation_features(source_lang: str, target_lang: str) -> Features:
+    return Features({"translation": Translation(languages=[source_lang, target_lang])})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Source 1: a Hub dataset (or a local folder in the Hub layout)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _load_hub_dataset(
+    dataset_name: str,
+    dataset_config_name: str | None,
+    source_lang: str,
+    target_lang: str,
+    source_column: str | None,
+    target_column: str | None,
+    cache_dir: PathLike | None,
+) -> tuple[DatasetDict, dict[str, SplitStats]]:
+    loaded = datasets.load_dataset(
+        dataset_name, dataset_config_name, cache_dir=None if cache_dir is None else str(cache_dir)
+    )
+    if not isinstance(loaded, DatasetDict):
+        raise ParallelDataError(
+            f"dataset {dataset_name!r} did not load as a DatasetDict (got {type(loaded).__name__})"
+        )
+    where = dataset_name if dataset_config_name is None else f"{dataset_name} ({dataset_config_name})"
+
+    result: dict[str, Dataset] = {}
+    stats: dict[str, SplitStats] = {}
+    for hub_split, dataset in loaded.items():
+        split = _canonical_split(hub_split)
+        if split is None:
+            logger.info("%s: ignoring split %r (not train, validation or test)", where, hub_split)
+            continue
+        if split in result:
+            earlier = stats[split].sources[0]
+            raise ParallelDataError(f"{where}: splits {earlier} and {hub_split!r} are both the {split} split")
+        converted = _to_translation_column(
+            dataset, f"{where}[{hub_split}]", source_lang, target_lang, source_column, target_column
+        )
+        # Blank sentences are dropped here as for local files, so every source obeys the same contract.
+        kept = converted.filter(
+            _nonblank_batch,
+            batched=True,
+            fn_kwargs={"source_lang": source_lang, "target_lang": target_lang},
+            desc=f"dropping blank pairs in {split}",
+        )
+        skipped = len(converted) - len(kept)
+        if skipped:
+            logger.warning(
+                "%s[%s]: skipped %d pairs with an empty or whitespace-only side", where, hub_split, skipped
+            )
+        result[split] = kept
+        stats[split] = SplitStats(split, (f"{where}[{hub_split}]",), len(kept), skipped)
+    if not result:
+        raise ParallelDataError(f"{where}: no train, validation or test split (found {sorted(loaded)})")
+    return DatasetDict(result), stats
+
+
+def _canonical_split(name: str) -> str | None:
+    for split, aliases in _SPLIT_ALIASES.items():
+        if name in aliases:
+            return split
+    return None
+
+
+def _nonblank_batch(batch: dict[str, list[Any]], source_lang: str, target_lang: str) -> list[bool]:
+    return [
+        bool(
+            pair[source_lang]
+            and pair[source_lang].strip()
+            and pair[target_lang]
+            and pair[target_lang].strip()
+        )
+        for pair in batch["translation"]
+    ]
+
+
+def _to_translation_column(
+    dataset: Dataset,
+    where: str,
+    source_lang: str,
+    target_lang: str,
+    source_column: str | None,
+    target_column: str | None,
+) -> Dataset:
+    """Bring a Hub split to the single `translation` column, from the WMT format or from two text columns."""
+    columns = dataset.column_names
+    if source_column is None and "translation" in columns:
+        feature = dataset.features["translation"]
+        if isinstance(feature, Translation):
+            languages = list(feature.languages)
+        elif isinstance(feature, dict):
+            languages = list(feature)
+        else:
+            raise ParallelDataError(
+                f"{where}: column 'translation' has feature {feature!r}; expected a Translation or a dict of "
+                "language -> text"
+            )
+        missing = [lang for lang in (source_lang, target_lang) if lang not in languages]
+        if missing:
+            raise ParallelDataError(
+                f"{where}: column 'translation' has no language {missing[0]!r} (languages: {languages})"
+            )
+        if sorted(languages) == sorted([source_lang, target_lang]) and columns == ["translation"]:
+            if isinstance(feature, Translation):
+                return dataset
+            return dataset.cast(_translation_features(source_lang, target_lang))
+        # Extra columns or languages: keep only this pair.
+        return dataset.map(
+            _project_translation,
+            batched=True,
+            remove_columns=columns,
+            features=_translation_features(source_lang, target_lang),
+            fn_kwargs={"source_lang": source_lang, "target_lang": target_lang},
+            desc=f"selecting {source_lang}-{target_lang}",
+        )
+
+    src_col = source_column if source_column is not None else source_lang
+    tgt_col = target_column if target_column is not None else target_lang
+    for role, column in (("source", src_col), ("target", tgt_col)):
+        if column not in columns:
+            raise ParallelDataError(
+                f"{where}: no {role} column {column!r} (columns: {columns}); the dataset needs a "
+                "'translation' column or two text columns, named by the languages or by "
+                "source_column/target_column"
+            )
+    return dataset.map(
+        _pair_columns,
+        batched=True,
+        remove_columns=columns,
+        features=_translation_features(source_lang, target_lang),
+        fn_kwargs={
+            "source_column": src_col,
+            "target_column": tgt_col,
+            "source_lang": source_lang,
+            "target_lang": target_lang,
+        },
+        desc=f"building translation column from {src_col!r}, {tgt_col!r}",
+    )
+
+
+def _project_translation(
+    batch: dict[str, list[Any]], source_lang: str, target_lang: str
+) -> dict[str, list[dict[str, str]]]:
+    return {
+        "translation": [
+            {source_lang: pair[source_lang], target_lang: pair[target_lang]} for pair in batch["translation"]
+        ]
+    }
+
+
+def _pair_columns(
+    batch: dict[str, list[Any]], source_column: str, target_column: str, source_lang: str, target_lang: str
+) -> dict[str, list[dict[str, str]]]:
+    return {
+        "translation": [
+            {source_lang: source, target_lang: target}
+            for source, target in zip(batch[source_column], batch[target_column], strict=True)
+        ]
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Source 2: local files
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _load_local_files(
+    data_dir: PathLike | None,
+    split_files: dict[str, PathLike | None],
+    source_lang: str,
+    target_lang: str,
+) -> tuple[DatasetDict, dict[str, SplitStats]]:
+    base = None if data_dir is None else Path(data_dir)
+    if base is not None and not base.is_dir():
+        raise FileNotFoundError(f"data_dir {str(base)!r} does not exist or is not a folder")
+
+    result: dict[str, Dataset] = {}
+    stats: dict[str, SplitStats] = {}
+    for split in SPLITS:
+        named = split_files[split]
+        if named is not None:
+            path = Path(named)
+            if base is not None and not path.is_absolute():
+                path = base / path
+            spec: _FileSpec | None = _resolve_spec(path, source_lang, target_lang)
+        elif base is not None:
+            spec = _find_split_in_dir(base, split, source_lang, target_lang)
+        else:
+            spec = None
+        if spec is None:
+            continue
+        pairs, skipped = spec.read(source_lang, target_lang)
+        sources = tuple(str(p) for p in spec.paths)
+        if skipped:
+            logger.warning(
+                "%s: skipped %d pairs with an empty or whitespace-only side", " + ".join(sources), skipped
+            )
+        result[split] = Dataset.from_dict(
+            {"translation": pairs}, features=_translation_features(source_lang, target_lang), split=split
+        )
+        stats[split] = SplitStats(split, sources, len(pairs), skipped)
+
+    if not result:
+        raise FileNotFoundError(
+            f"no train, validation or test files for {source_lang}-{target_lang} in data_dir {str(base)!r} "
+            f"(expected e.g. train.{source_lang}[.gz] + train.{target_lang}[.gz], train.jsonl or train.tsv)"
+        )
+    return DatasetDict(result), stats
+
+
+@dataclass(frozen=True)
+class _FileSpec:
+    """One split's file(s) and their format."""
+
+    kind: Literal["jsonl", "tsv", "pair"]
+    paths: tuple[Path, ...]
+
+    def read(self, source_lang: str, target_lang: str) -> tuple[list[dict[str, str]], int]:
+        if self.kind == "jsonl":
+            return _read_jsonl(self.paths[0], source_lang, target_lang)
+        if self.kind == "tsv":
+            return _read_tsv(self.paths[0], source_lang, target_lang)
+        return _read_text_pair(self.paths[0], self.paths[1], source_lang, target_lang)
+
+
+def _format_suffix(path: Path) -> str:
+    """The format-bearing suffix, looking through a trailing `.gz`."""
+    name = path.name.removesuffix(".gz")
+    return Path(name).suffix.lower()
+
+
+def _resolve_spec(path: Path, source_lang: str, target_lang: str) -> _FileSpec:
+    """Interpret a user-given split file: a JSON lines or TSV file, else a text-pair prefix."""
+    suffix = _format_suffix(path)
+    if suffix in _JSON_SUFFIXES or suffix in _TSV_SUFFIXES:
+        if not path.is_file():
+            raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+        return _FileSpec("jsonl" if suffix in _JSON_SUFFIXES else "tsv", (path,))
+
+    prefix = path
+    # `data/train.de(.gz)` names the same pair as `data/train`.
+    for lang in (source_lang, target_lang):
+        for ending in (f".{lang}", f".{lang}.gz"):
+            if path.name.endswith(ending) and len(path.name) > len(ending):
+                prefix = path.with_name(path.name[: -len(ending)])
+    return _FileSpec("pair", (_pair_half(prefix, source_lang), _pair_half(prefix, target_lang)))
+
+
+def _pair_half(prefix: Path, lang: str) -> Path:
+    plain = prefix.with_name(f"{prefix.name}.{lang}")
+    compressed = prefix.with_name(f"{prefix.name}.{lang}.gz")
+    if plain.is_file():
+        return plain
+    if compressed.is_file():
+        return compressed
+    raise FileNotFoundError(
+        f"parallel text file {str(plain)!r} (or {compressed.name!r}) does not exist; a split given as a "
+        "prefix needs PREFIX.SRC and PREFIX.TGT, and other formats need a .jsonl, .json or .tsv extension"
+    )
+
+
+def _find_split_in_dir(base: Path, split: str, source_lang: str, target_lang: str) -> _FileSpec | None:
+    """Find a split by its conventional names in `data_dir`; None when the folder has no such split."""
+    for name in _SPLIT_ALIASES[split]:
+        found = _spec_for_name(base, name, source_lang, target_lang)
+        if found is not None:
+            return found
+    if split != "test":
+        return None
+
+    # Test sets are often named after their year and domain (Multi30K's test_2016_flickr); take the only one.
+    candidates = sorted(
+        {
+            name
+            for path in base.iterdir()
+            if path.is_file() and path.name.startswith("test")
+            for name in [_split_name_of(path.name, source_lang, target_lang)]
+            if name is not None
+        }
+    )
+    if len(candidates) > 1:
+        raise ValueError(
+            f"data_dir {str(base)!r} has several test sets ({', '.join(candidates)}); choose one with "
+            f"test_file='{candidates[0]}' (relative to data_dir)"
+        )
+    if candidates:
+        return _spec_for_name(base, candidates[0], source_lang, target_lang)
+    return None
+
+
+def _split_name_of(filename: str, source_lang: str, target_lang: str) -> str | None:
+    """`test_2016_flickr` for `test_2016_flickr.de.gz`, `test.jsonl` etc.; None for unrelated files."""
+    stem = filename.removesuffix(".gz")
+    for ending in (f".{source_lang}", f".{target_lang}", *_JSON_SUFFIXES, *_TSV_SUFFIXES):
+        if stem.endswith(ending):
+            return stem[: -len(ending)]
+    return None
+
+
+def _spec_for_name(base: Path, name: str, source_lang: str, target_lang: str) -> _FileSpec | None:
+    for suffix in (*_JSON_SUFFIXES, *_TSV_SUFFIXES):
+        for candidate in (base / f"{name}{suffix}", base / f"{name}{suffix}.gz"):
+            if candidate.is_file():
+                return _FileSpec("jsonl" if suffix in _JSON_SUFFIXES else "tsv", (candidate,))
+    halves = [base / f"{name}.{lang}{gz}" for lang in (source_lang, target_lang) for gz in ("", ".gz")]
+    if not any(p.is_file() for p in halves):
+        return None
+    # One half present and the other missing is an error, not an absent split.
+    return _FileSpec("pair", (_pair_half(base / name, source_lang), _pair_half(base / name, target_lang)))
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text without the line terminator), decoding strict UTF-8 line by line."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ParallelDataError(
+                    f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+                ) from err
+            if lineno == 1 and text.startswith("\ufeff"):
+                text = text[1:]  # a UTF-8 byte order mark is not part of the first sentence
+            yield lineno, text.rstrip("\r\n")
+
+
+def _read_text_pair(
+    source_path: Path, target_path: Path, source_lang: str, target_lang: str
+) -> tuple[list[dict[str, str]], int]:
+    sources = [line.strip() for _, line in _iter_lines(source_path)]
+    targets = [line.strip() for _, line in _iter_lines(target_path)]
+    if len(sources) != len(targets):
+        raise ParallelDataError(
+            f"parallel files are not line-aligned: {source_path} has {len(sources)} lines but {target_path} "
+            f"has {len(targets)} lines"
+        )
+    pairs = [
+        {source_lang: source, target_lang: target}
+        for source, target in zip(sources, targets, strict=True)
+        if source and target
+    ]
+    return pairs, len(sources) - len(pairs)
+
+
+def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> tuple[list[dict[str, str]], int]:
+    pairs: list[dict[str, str]] = []
+    skipped = 0
+    for lineno, line in _iter_lines(path):
+        if not line.strip():
+            skipped += 1
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            hint = (
+                " (a JSON array is not supported: write one object per line)" if line.lstrip() == "[" else ""
+            )
+            raise ParallelDataError(
+                f"{path}:{lineno}: not valid JSON: {err.msg} at column {err.colno}{hint}"
+            ) from err
+        translation = record.get("translation") if isinstance(record, dict) else None
+        if not isinstance(translation, dict):
+            raise ParallelDataError(
+                f"{path}:{lineno}: expected an object with key 'translation' holding "
+                f'{{"{source_lang}": ..., "{target_lang}": ...}}'
+            )
+        texts = []
+        for lang in (source_lang, target_lang):
+            if lang not in translation:
+                raise ParallelDataError(
+                    f"{path}:{lineno}: 'translation' has no key {lang!r} (keys: {sorted(translation)})"
+                )
+            value = translation[lang]
+            if not isinstance(value, str):
+                raise ParallelDataError(
+                    f"{path}:{lineno}: translation[{lang!r}] is {type(value).__name__}, expected a string"
+                )
+            texts.append(value.strip())
+        if texts[0] and texts[1]:
+            pairs.append({source_lang: texts[0], target_lang: texts[1]})
+        else:
+            skipped += 1
+    return pairs, skipped
+
+
+def _read_tsv(path: Path, source_lang: str, target_lang: str) -> tuple[list[dict[str, str]], int]:
+    pairs: list[dict[str, str]] = []
+    skipped = 0
+    source_index, target_index = 0, 1
+    for lineno, line in _iter_lines(path):
+        if not line.strip():
+            skipped += 1  # a blank line is a pair with both sides empty
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ParallelDataError(
+                f"{path}:{lineno}: expected 2 tab-separated fields ({source_lang}, {target_lang}), "
+                f"found {len(fields)}"
+            )
+        stripped = [field.strip() for field in fields]
+        if lineno == 1 and sorted(stripped) == sorted([source_lang, target_lang]):
+            # A header of language codes fixes the column order.
+            source_index, target_index = stripped.index(source_lang), stripped.index(target_lang)
+            continue
+        source, target = stripped[source_index], stripped[target_index]
+        if source and target:
+            pairs.append({source_lang: source, target_lang: target})
+        else:
+            skipped += 1
+    return pairs, skipped
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Source 3: the embedded toy corpus
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _load_toy_corpus(
+    source_lang: str | None,
+    target_lang: str | None,
+    num_train: int | None,
+    num_validation: int | None,
+    num_test: int | None,
+    seed: int,
+) -> tuple[DatasetDict, dict[str, SplitStats]]:
+    # Imported here so that this module works (for real corpora) without the toy corpus module.
+    from .toy_corpus import SOURCE_LANG, TARGET_LANG, corpus_as_dataset_dict
+
+    for role, given, toy in (
+        ("source_lang", source_lang, SOURCE_LANG),
+        ("target_lang", target_lang, TARGET_LANG),
+    ):
+        if given is not None and given != toy:
+            raise ValueError(
+                f"{role}={given!r} but no data was named and the toy corpus is {SOURCE_LANG}->{TARGET_LANG}; "
+                "give dataset_name, data_dir or train_file for other languages"
+            )
+    sizes = {"num_train": num_train, "num_validation": num_validation, "num_test": num_test}
+    dataset_dict = corpus_as_dataset_dict(**{k: v for k, v in sizes.items() if v is not None}, seed=seed)
+    stats = {
+        split: SplitStats(split, ("toy corpus",), len(dataset), 0) for split, dataset in dataset_dict.items()
+    }
+    return dataset_dict, stats
