@@ -331,6 +331,16 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # The stock code maps only the saved class in auto_map; map both, so a folder written by the generation
+        # model also loads as the base model with AutoModel.from_pretrained(..., trust_remote_code=True).
+        if self._auto_class is not None:
+            auto_map = dict(getattr(self.config, "auto_map", None) or {})
+            auto_map.setdefault("AutoModel", "modeling_vaswani.VaswaniModel")
+            auto_map.setdefault("AutoModelForSeq2SeqLM", "modeling_vaswani.VaswaniForConditionalGeneration")
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """The paper does not state its initialisation; its code (tensor2tensor, transformer_base) used:

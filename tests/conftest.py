@@ -8,6 +8,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
 
 
+def pytest_configure(config):
+    # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP spinning makes them
+    # tens of times slower; subprocesses that tests start inherit OMP_NUM_THREADS.
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 def tiny_config(**overrides):
     from hf_vaswani import VaswaniConfig
 
