@@ -1,0 +1,151 @@
+"""Command-line arguments of `python -m training.train`: three `HfArgumentParser` dataclasses.
+
+`VaswaniTrainingArguments` is `Seq2SeqTrainingArguments` with the paper's recipe as defaults (§5.3, §5.4, §6.1)
+and the few settings the stock arguments cannot express (token-count batches, checkpoint averaging, GNMT length
+penalty, a wall-clock budget). Every default can be overridden on the command line or in a JSON/YAML file.
+"""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Seq2SeqTrainingArguments
+from transformers.trainer_utils import IntervalStrategy, SaveStrategy
+from transformers.training_args import SchedulerType
+
+PRESETS_DIR = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass
+class ModelArguments:
+    preset: str = field(
+        default="base",
+        metadata={
+            "help": "Architecture: a preset name under training/configs (tiny, small, base, big, toy) or a path "
+            "to a config JSON. Ignored when --model_name_or_path is given."
+        },
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Start from a trained model (folder or Hub id) instead of a fresh one."}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "Reuse this tokenizer instead of training a joint BPE on the train split."}
+    )
+    vocab_size: int = field(
+        default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (the paper: about 37000)."}
+    )
+    bpe_min_frequency: int = field(default=2, metadata={"help": "A pair is merged only if it occurs this often."})
+    dropout: float | None = field(default=None, metadata={"help": "Override the preset's residual dropout."})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa, flash_attention_2, ..."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "For --model_name_or_path from the Hub."})
+
+
+@dataclass
+class DataArguments:
+    source_lang: str | None = field(default=None, metadata={"help": "Source language code, e.g. de."})
+    target_lang: str | None = field(default=None, metadata={"help": "Target language code, e.g. en."})
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset (or a local folder like one)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. de-en."})
+    source_column: str | None = field(default=None, metadata={"help": "Source text column of a two-column set."})
+    target_column: str | None = field(default=None, metadata={"help": "Target text column of a two-column set."})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "A folder with train/valid/test files (e.g. ../shared/data/multi30k)."}
+    )
+    train_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
+    validation_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
+    test_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
+    toy_num_train: int = field(default=40000, metadata={"help": "Embedded corpus: training pairs."})
+    toy_num_validation: int = field(default=1000, metadata={"help": "Embedded corpus: validation pairs."})
+    toy_num_test: int = field(default=1000, metadata={"help": "Embedded corpus: test pairs."})
+    max_source_length: int = field(default=256, metadata={"help": "Longest source in tokens (EOS included)."})
+    max_target_length: int = field(default=256, metadata={"help": "Longest target in tokens (EOS included)."})
+    long_sentences: str = field(
+        default="truncate",
+        metadata={
+            "help": "What to do with a training pair longer than the limits: truncate (default, with a warning "
+            "that counts them), skip (drop them, counted) or error (stop before training).",
+            "choices": ["truncate", "skip", "error"],
+        },
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only this many training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only this many validation pairs."})
+    max_test_samples: int | None = field(default=None, metadata={"help": "Use only this many test pairs."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+@dataclass
+class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
+    # --- the paper's recipe as defaults ---
+    output_dir: str | None = field(
+        default="outputs/vaswani", metadata={"help": "Where checkpoints, logs and the final model go."}
+    )
+    learning_rate: float = field(
+        default=0.0,
+        metadata={
+            "help": "Peak learning rate. 0 (default) means the paper's d_model^-0.5 * warmup_steps^-0.5, which "
+            "with lr_scheduler_type=inverse_sqrt reproduces lrate = d_model^-0.5 * min(step^-0.5, "
+            "step * warmup^-1.5) (§5.3)."
+        },
+    )
+    lr_scheduler_type: SchedulerType | str = field(default="inverse_sqrt", metadata={"help": "The paper's schedule (§5.3)."})
+    warmup_steps: float = field(default=4000, metadata={"help": "warmup_steps of §5.3 (the paper: 4000)."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1 (§5.3: 0.9)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (§5.3: 0.98)."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (§5.3: 1e-9)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "None in the paper."})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping; the paper clips nothing (0)."})
+    label_smoothing_factor: float = field(default=0.1, metadata={"help": "epsilon_ls of §5.4 (the paper: 0.1)."})
+    predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate with generate() and BLEU."})
+    generation_num_beams: int | None = field(default=4, metadata={"help": "Beam size for evaluation (§6.1: 4)."})
+    save_strategy: SaveStrategy | str = field(default="steps", metadata={"help": "When to write checkpoints."})
+    save_steps: float = field(default=1000, metadata={"help": "Checkpoint interval in optimizer steps."})
+    save_total_limit: int | None = field(default=6, metadata={"help": "Keep at most this many checkpoints."})
+    logging_steps: float = field(default=100, metadata={"help": "Log loss, learning rate and tokens/s this often."})
+    eval_strategy: IntervalStrategy | str = field(default="no", metadata={"help": "Validation BLEU during training: no, steps, epoch."})
+    report_to: None | str | list[str] = field(
+        default="auto", metadata={"help": "auto: TensorBoard when it is installed, else nothing."}
+    )
+    # --- what the stock arguments cannot express ---
+    max_tokens: int | None = field(
+        default=4096,
+        metadata={
+            "help": "Token-count batches (fairseq's --max-tokens): per process and micro-batch, sentences of "
+            "similar length grouped so that batch size x longest side <= max_tokens. The paper used about 25000 "
+            "source + 25000 target tokens per step over 8 GPUs. 0 falls back to --per_device_train_batch_size."
+        },
+    )
+    average_last_n: int = field(
+        default=5,
+        metadata={"help": "Average the last N checkpoints into the final model (§6.1: 5; 0 or 1 disables)."},
+    )
+    length_penalty: float = field(default=0.6, metadata={"help": "GNMT length penalty alpha (§6.1: 0.6)."})
+    max_length_offset: int = field(default=50, metadata={"help": "Max output length = source length + this."})
+    max_train_minutes: float | None = field(
+        default=None, metadata={"help": "Stop training after this much wall-clock time (a budget)."}
+    )
+    num_samples_to_print: int = field(default=5, metadata={"help": "Sample test translations printed at the end."})
+    eval_max_tokens: int = field(default=6000, metadata={"help": "Source tokens per batch when translating."})
+
+    def __post_init__(self):
+        # `accelerate launch --num_processes N` on a machine without an accelerator: Accelerate only sets up
+        # multi-process CPU training (gloo) when told the run is on the CPU.
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available():
+            self.use_cpu = True
+        if self.report_to == "auto":
+            try:
+                import tensorboard  # noqa: F401
+
+                self.report_to = ["tensorboard"]
+            except ImportError:
+                self.report_to = "none"
+        super().__post_init__()
+        if self.max_tokens is not None and self.max_tokens < 0:
+            raise ValueError(f"--max_tokens={self.max_tokens} must be positive (or 0 to disable)")
+        if self.average_last_n < 0:
+            raise ValueError(f"--average_last_n={self.average_last_n} must be >= 0")
+        if self.average_last_n > 1 and self.save_total_limit is not None and self.save_total_limit < self.average_last_n:
+            raise ValueError(
+                f"--average_last_n={self.average_last_n} needs --save_total_limit >= {self.average_last_n} "
+                f"(got {self.save_total_limit}): the checkpoints to average would be deleted"
+            )

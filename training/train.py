@@ -1,0 +1,406 @@
+"""Train, average, evaluate and package an hf-vaswani translation model: the paper's recipe on stock tools.
+
+    python -m training.train [RECIPE.json|RECIPE.yaml] [--argument value ...]
+    accelerate launch --num_processes 2 -m training.train [same arguments]
+
+A recipe file gives defaults; arguments after it override them. With no data named, the embedded toy corpus
+(training/toy_corpus.py) is used, so the command runs anywhere offline. See `python -m training.train --help`.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgumentParser, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+import hf_vaswani
+from training.arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
+from training.average_checkpoints import average_checkpoints, last_checkpoints
+from training.data import load_parallel_data
+from training.decoding import translate
+from training.model_card import write_model_card
+from training.tokenizer import load_or_train_tokenizer
+from training.trainer import TimeBudgetCallback, VaswaniTrainer, paper_learning_rate
+
+logger = logging.getLogger("training.train")
+
+
+# ---- arguments ------------------------------------------------------------------------------------------------------
+
+
+def _file_to_argv(path: Path) -> list[str]:
+    """A JSON/YAML recipe as command-line arguments, so that later arguments can override it."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        values = yaml.safe_load(text)
+    else:
+        values = json.loads(text)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a recipe must be a mapping of argument names to values")
+    argv = []
+    for key, value in values.items():
+        values_list = value if isinstance(value, list) else [value]
+        argv += [f"--{key}", *(str(v) for v in values_list)]
+    return argv
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].endswith((".json", ".yaml", ".yml")):
+        argv = _file_to_argv(Path(argv[0])) + argv[1:]
+    parser = HfArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+# ---- model ----------------------------------------------------------------------------------------------------------
+
+
+def load_preset(preset: str) -> dict:
+    path = Path(preset) if preset.endswith(".json") else PRESETS_DIR / f"{preset}.json"
+    if not path.is_file():
+        names = sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
+        raise ValueError(f"--preset {preset!r}: no file {path}; presets are {names} or a path to a config JSON")
+    return json.loads(path.read_text())
+
+
+def check_tokenizer_fits(tokenizer, config) -> None:
+    """A vocabulary larger than the embedding would fail deep inside nn.Embedding; say so up front."""
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}: ids "
+            f">= {config.vocab_size} have no embedding. Use the model's own tokenizer or resize the model with "
+            "model.resize_token_embeddings(len(tokenizer))."
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name) != getattr(config, name):
+            raise ValueError(
+                f"tokenizer.{name}={getattr(tokenizer, name)} differs from the model config's "
+                f"{name}={getattr(config, name)}"
+            )
+
+
+def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
+    if model_args.model_name_or_path:
+        model = AutoModelForSeq2SeqLM.from_pretrained(
+            model_args.model_name_or_path,
+            attn_implementation=model_args.attn_implementation,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+        if model_args.dropout is not None:
+            model.config.dropout = model_args.dropout
+    else:
+        values = load_preset(model_args.preset)
+        values.update(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+            max_position_embeddings=max(
+                values.get("max_position_embeddings", 1024),
+                data_args.max_source_length,
+                data_args.max_target_length + 1,
+            ),
+        )
+        if model_args.dropout is not None:
+            values["dropout"] = model_args.dropout
+        config = hf_vaswani.VaswaniConfig.from_dict(values)
+        model = hf_vaswani.VaswaniForConditionalGeneration._from_config(
+            config, attn_implementation=model_args.attn_implementation
+        )
+    check_tokenizer_fits(tokenizer, model.config)
+    return model
+
+
+def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
+    """generation_config.json of the output carries the paper's decoding (§6.1) as its defaults."""
+    config = model.generation_config
+    config.num_beams = training_args.generation_num_beams or 4
+    config.length_penalty = training_args.length_penalty
+    config.length_penalty_type = "gnmt"
+    config.max_length_offset = training_args.max_length_offset
+    config.early_stopping = "never"
+    config._from_model_config = False
+
+
+# ---- data -----------------------------------------------------------------------------------------------------------
+
+
+def tokenize_splits(raw, tokenizer, data_args: DataArguments, source_lang: str, target_lang: str, main_process):
+    """input_ids/attention_mask/labels for every split, long training pairs handled as --long_sentences says."""
+    limits = {"input_ids": data_args.max_source_length, "labels": data_args.max_target_length}
+
+    def encode(batch):
+        pairs = batch["translation"]
+        sources = tokenizer([p[source_lang] for p in pairs])
+        targets = tokenizer(text_target=[p[target_lang] for p in pairs])
+        features = {"input_ids": [], "attention_mask": [], "labels": [], "too_long": []}
+        for source_ids, target_ids in zip(sources["input_ids"], targets["input_ids"]):
+            too_long = len(source_ids) > limits["input_ids"] or len(target_ids) > limits["labels"]
+            # Truncation keeps the EOS at the end, as the model saw in training.
+            source_ids = source_ids[: limits["input_ids"] - 1] + source_ids[-1:] if too_long else source_ids
+            target_ids = target_ids[: limits["labels"] - 1] + target_ids[-1:] if too_long else target_ids
+            features["input_ids"].append(source_ids)
+            features["attention_mask"].append([1] * len(source_ids))
+            features["labels"].append(target_ids)
+            features["too_long"].append(too_long)
+        return features
+
+    tokenized = {}
+    for split, dataset in raw.items():
+        with main_process(desc=f"tokenizing {split}"):
+            encoded = dataset.map(
+                encode,
+                batched=True,
+                remove_columns=dataset.column_names,
+                num_proc=data_args.preprocessing_num_workers,
+                desc=f"Tokenizing {split}",
+            )
+        too_long = int(np.sum(encoded["too_long"]))
+        if split == "train" and too_long:
+            where = f"{too_long} of {len(encoded)} training pairs exceed --max_source_length/--max_target_length"
+            if data_args.long_sentences == "error":
+                first = int(np.argmax(encoded["too_long"]))
+                raise ValueError(f"{where} (the first is pair {first}); --long_sentences error stops here")
+            if data_args.long_sentences == "skip":
+                encoded = encoded.filter(lambda flags: [not f for f in flags], input_columns="too_long", batched=True)
+                logger.warning("%s: skipped them (--long_sentences skip)", where)
+            else:
+                logger.warning("%s: truncated them (--long_sentences truncate)", where)
+        tokenized[split] = encoded.remove_columns("too_long")
+    return tokenized
+
+
+# ---- evaluation -----------------------------------------------------------------------------------------------------
+
+
+def make_compute_metrics(tokenizer, metric):
+    def compute_metrics(eval_prediction):
+        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+        predictions = np.where(predictions != -100, predictions, tokenizer.pad_token_id)
+        labels = np.where(labels != -100, labels, tokenizer.pad_token_id)
+        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
+        references = tokenizer.batch_decode(labels, skip_special_tokens=True)
+        scores = metric.compute(predictions=hypotheses, references=references)
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    return compute_metrics
+
+
+def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric, training_args, max_source_length):
+    sources = [pair[source_lang] for pair in raw_split["translation"]]
+    references = [pair[target_lang] for pair in raw_split["translation"]]
+    start = time.monotonic()
+    hypotheses = translate(
+        model,
+        tokenizer,
+        sources,
+        max_tokens=training_args.eval_max_tokens,
+        max_source_length=max_source_length,
+        progress=True,
+    )
+    seconds = time.monotonic() - start
+    scores = metric.compute(predictions=hypotheses, references=references)
+    scores.update(sentences=len(sources), decode_seconds=round(seconds, 2))
+    return scores, sources, hypotheses, references
+
+
+# ---- main -----------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, training_args = parse_arguments(argv)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        level=logging.INFO if training_args.should_log else logging.WARNING,
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    transformers.utils.logging.set_verbosity(logging.INFO if training_args.should_log else logging.WARNING)
+    transformers.utils.logging.disable_default_handler()
+    transformers.utils.logging.enable_propagation()
+    datasets.utils.logging.set_verbosity_warning()
+    started = time.monotonic()
+    set_seed(training_args.seed)
+    is_main = training_args.process_index == 0
+    output_dir = Path(training_args.output_dir)
+
+    # A run continues from its own tokenizer: otherwise the token ids would change under the checkpoint.
+    resume = training_args.resume_from_checkpoint
+    if resume in ("True", "true", "last"):
+        resume = get_last_checkpoint(str(output_dir))
+        if resume is None:
+            raise ValueError(f"--resume_from_checkpoint: no checkpoint-* folder in {output_dir}")
+    tokenizer_source = model_args.tokenizer_name_or_path or model_args.model_name_or_path
+    if tokenizer_source is None and (output_dir / "tokenizer.json").is_file():
+        tokenizer_source = str(output_dir)
+
+    # ---- data ----
+    raw, stats = load_parallel_data(
+        data_args.source_lang,
+        data_args.target_lang,
+        dataset_name=data_args.dataset_name,
+        dataset_config_name=data_args.dataset_config_name,
+        source_column=data_args.source_column,
+        target_column=data_args.target_column,
+        data_dir=data_args.data_dir,
+        train_file=data_args.train_file,
+        validation_file=data_args.validation_file,
+        test_file=data_args.test_file,
+        toy_num_train=data_args.toy_num_train,
+        toy_num_validation=data_args.toy_num_validation,
+        toy_num_test=data_args.toy_num_test,
+        seed=training_args.seed,
+        return_stats=True,
+    )
+    source_lang, target_lang = raw["train"].features["translation"].languages
+    if data_args.source_lang:
+        source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    for split, limit in (
+        ("train", data_args.max_train_samples),
+        ("validation", data_args.max_eval_samples),
+        ("test", data_args.max_test_samples),
+    ):
+        if limit is not None and split in raw:
+            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    logger.info("Data %s->%s: %s", source_lang, target_lang, {k: len(v) for k, v in raw.items()})
+
+    # ---- tokenizer (trained once, on the main process) ----
+    with training_args.main_process_first(desc="tokenizer"):
+        if tokenizer_source is None and not is_main:
+            tokenizer_source = str(output_dir)  # written by the main process a moment ago
+        tokenizer = load_or_train_tokenizer(
+            tokenizer_source,
+            raw["train"],
+            source_lang,
+            target_lang,
+            vocab_size=model_args.vocab_size,
+            min_frequency=model_args.bpe_min_frequency,
+            model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+            save_dir=output_dir if is_main else None,
+        )
+    logger.info("Tokenizer: %d tokens", len(tokenizer))
+
+    model = build_model(model_args, data_args, tokenizer)
+    set_paper_decoding(model, training_args)
+    parameters = sum(p.numel() for p in model.parameters())
+    logger.info("Model: %s, %.2fM parameters", model.config.to_diff_dict(), parameters / 1e6)
+    if not training_args.learning_rate:
+        training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps)
+        logger.info("Learning rate: d_model^-0.5 * warmup^-0.5 = %.3g at its peak", training_args.learning_rate)
+
+    tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
+
+    # ---- training ----
+    from training.metrics import load_translation_metric
+
+    metric = load_translation_metric()
+    callbacks = [TimeBudgetCallback(training_args.max_train_minutes)] if training_args.max_train_minutes else []
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        compute_metrics=make_compute_metrics(tokenizer, metric),
+        callbacks=callbacks,
+        max_tokens=training_args.max_tokens,
+    )
+    train_started = time.monotonic()
+    train_result = trainer.train(resume_from_checkpoint=resume)
+    train_seconds = time.monotonic() - train_started
+    # The last step is always a checkpoint, so averaging includes the final weights.
+    if training_args.save_strategy != "no" and not (output_dir / f"checkpoint-{trainer.state.global_step}").is_dir():
+        trainer._save_checkpoint(trainer.model, trial=None)
+    trainer.accelerator.wait_for_everyone()
+
+    results: dict = {
+        "train_loss": train_result.training_loss,
+        "train_steps": trainer.state.global_step,
+        "train_epochs": trainer.state.epoch,
+        "train_minutes": round(train_seconds / 60, 2),
+        "parameters": parameters,
+    }
+    if not is_main:
+        return results
+
+    # ---- checkpoint averaging (§6.1) ----
+    final_model = trainer.model
+    averaged: list[str] = []
+    if training_args.average_last_n > 1 and training_args.save_strategy != "no":
+        checkpoints = last_checkpoints(output_dir, training_args.average_last_n)
+        if len(checkpoints) > 1:
+            averaged_dir = average_checkpoints(checkpoints, output_dir / ".averaged", overwrite=True)
+            final_model = AutoModelForSeq2SeqLM.from_pretrained(averaged_dir).to(trainer.model.device)
+            averaged = [c.name for c in checkpoints]
+            logger.info("Averaged %s", averaged)
+    set_paper_decoding(final_model, training_args)
+    final_model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    results["averaged_checkpoints"] = averaged
+
+    # ---- evaluation with the paper's decoding: beam 4, GNMT alpha 0.6, max length source + 50 ----
+    samples = []
+    for split in ("validation", "test"):
+        if split not in raw:
+            continue
+        scores, sources, hypotheses, references = evaluate_split(
+            final_model, tokenizer, raw[split], source_lang, target_lang, metric, training_args,
+            data_args.max_source_length,
+        )  # fmt: skip
+        results[split] = scores
+        logger.info("%s: BLEU %.2f  chrF %.2f  (%s)", split, scores["bleu"], scores["chrf"], scores["bleu_signature"])
+        if split == "test":
+            samples = list(zip(sources, hypotheses, references))[: training_args.num_samples_to_print]
+    results["total_minutes"] = round((time.monotonic() - started) / 60, 2)
+
+    run = {
+        "model_args": dataclasses.asdict(model_args),
+        "data_args": dataclasses.asdict(data_args),
+        "data_stats": {split: dataclasses.asdict(s) for split, s in stats.items()},
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        "training_args": {
+            key: getattr(training_args, key)
+            for key in (
+                "learning_rate", "lr_scheduler_type", "warmup_steps", "adam_beta1", "adam_beta2", "adam_epsilon",
+                "label_smoothing_factor", "max_tokens", "per_device_train_batch_size", "gradient_accumulation_steps",
+                "num_train_epochs", "max_steps", "seed", "average_last_n", "length_penalty", "max_length_offset",
+                "generation_num_beams", "world_size",
+            )
+        },  # fmt: skip
+        "model_config": final_model.config.to_diff_dict(),
+        "results": results,
+        "samples": [{"source": s, "hypothesis": h, "reference": r} for s, h, r in samples],
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+        "device": str(final_model.device),
+    }
+    (output_dir / "results.json").write_text(json.dumps(run, indent=2, default=str) + "\n")
+    write_model_card(output_dir, run)
+
+    print(f"\nModel written to {output_dir} ({results['total_minutes']} min in all)")
+    for split in ("validation", "test"):
+        if split in results:
+            print(f"{split}: sacreBLEU {results[split]['bleu']:.2f}, chrF {results[split]['chrf']:.2f}")
+    if "test" in results:
+        print(f"signature: {results['test']['bleu_signature']}")
+    for source, hypothesis, reference in samples:
+        print(f"\n  source:     {source}\n  hypothesis: {hypothesis}\n  reference:  {reference}")
+    return results
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
