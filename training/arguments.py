@@ -124,6 +124,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this much wall-clock time (a budget)."}
     )
+    final_eval_splits: str = field(
+        default="validation,test", metadata={"help": "Splits translated and scored at the end (comma-separated)."}
+    )
     num_samples_to_print: int = field(default=5, metadata={"help": "Sample test translations printed at the end."})
     eval_max_tokens: int = field(default=6000, metadata={"help": "Source tokens per batch when translating."})
 

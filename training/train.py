@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # ---- evaluation with the paper's decoding: beam 4, GNMT alpha 0.6, max length source + 50 ----
     samples = []
-    for split in ("validation", "test"):
+    for split in training_args.final_eval_splits.split(","):
         if split not in raw:
             continue
         scores, sources, hypotheses, references = evaluate_split(
