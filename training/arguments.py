@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 from transformers import Seq2SeqTrainingArguments
-from transformers.trainer_utils import IntervalStrategy, SaveStrategy
+from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy
 from transformers.training_args import SchedulerType
 
 PRESETS_DIR = Path(__file__).resolve().parent / "configs"
@@ -102,6 +102,10 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     save_steps: float = field(default=1000, metadata={"help": "Checkpoint interval in optimizer steps."})
     save_total_limit: int | None = field(default=6, metadata={"help": "Keep at most this many checkpoints."})
     logging_steps: float = field(default=100, metadata={"help": "Log loss, learning rate and tokens/s this often."})
+    hub_strategy: HubStrategy | str = field(
+        default="end",
+        metadata={"help": "With --push_to_hub: push only the final (averaged) model and its card, not checkpoints."},
+    )
     eval_strategy: IntervalStrategy | str = field(default="no", metadata={"help": "Validation BLEU during training: no, steps, epoch."})
     report_to: None | str | list[str] = field(
         default="auto", metadata={"help": "auto: TensorBoard when it is installed, else nothing."}

@@ -1,59 +1,123 @@
-"""The model card of a trained run: `training/templates/model_card.md` filled in from the run's results."""
+"""The model card of a trained run: `training/templates/model_card.md` filled in from the run's results.
 
-import json
+`python -m training.train` calls `write_model_card(output_dir, run)` at the end of a run, where `run` is what it
+also writes to `results.json`; the card becomes the `README.md` of the output folder, which `training.push` uploads
+as it is. The top-level `model_card.md` is a filled-in example with every section explained.
+
+The YAML metadata follows the Hub's model card spec (https://huggingface.co/docs/hub/model-cards): `language`
+holds ISO 639 codes of real languages only, and `model-index` has one result per evaluated split whose metrics
+carry the sacreBLEU signature in `args`.
+"""
+
+import re
 from pathlib import Path
+
+import yaml
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "model_card.md"
 
-LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "tt": "toy Teutonic (constructed)"}
+LANGUAGE_NAMES = {
+    "en": "English",
+    "de": "German",
+    "fr": "French",
+    "cs": "Czech",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "tt": "Toy Teutonic (constructed)",
+}
+TOY_CORPUS_ID = "hf-vaswani-toy"
+# What the Hub's `language` field accepts: an ISO 639-1, 639-2 or 639-3 code, optionally with BCP-47 subtags.
+_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 
 
-def _yaml_metadata(run: dict, model_name: str) -> str:
-    """Hugging Face card metadata; written by hand (JSON scalars are valid YAML) to avoid a YAML dependency."""
+def is_toy_corpus(run: dict) -> bool:
+    """Whether the run trained on the embedded toy corpus (no data was named)."""
+    data = run["data_args"]
+    return not (data.get("dataset_name") or data.get("data_dir") or data.get("train_file"))
+
+
+def card_languages(run: dict) -> list[str]:
+    """The `language` metadata: the ISO codes of the real languages of the pair.
+
+    The toy corpus's target is the constructed Toy Teutonic, whose code `tt` is, as an ISO 639-1 code, Tatar: it is
+    left out rather than mislabel the model (the card's title and body name it, and the tags say
+    `constructed-language`).
+    """
+    codes = [run["source_lang"]] + ([] if is_toy_corpus(run) else [run["target_lang"]])
+    return [code for code in dict.fromkeys(codes) if code and _LANGUAGE_CODE.match(code)]
+
+
+def dataset_id(run: dict) -> str:
+    """A Hub dataset id when the data came from the Hub, else the name of the local data (or the toy corpus)."""
+    data = run["data_args"]
+    if data.get("dataset_name"):
+        name = str(data["dataset_name"])
+        return Path(name).name if Path(name).exists() else name
+    if data.get("data_dir") or data.get("train_file"):
+        return Path(str(data.get("data_dir") or data.get("train_file"))).name
+    return TOY_CORPUS_ID
+
+
+def card_metadata(run: dict, model_name: str) -> dict:
+    """The Hub metadata of the card, as a mapping (dumped as the YAML front matter)."""
     source, target = run["source_lang"], run["target_lang"]
-    dataset = run["data_args"].get("dataset_name") or run["data_args"].get("data_dir") or "hf-vaswani-toy"
-    dataset_name = Path(str(dataset)).name
-    metrics = []
+    dataset = dataset_id(run)
+    tags = ["translation", "transformer", "attention-is-all-you-need", "vaswani", "hf-vaswani"]
+    if is_toy_corpus(run):
+        tags.append("constructed-language")
+    results = []
     for split in ("test", "validation"):
         scores = run["results"].get(split)
         if not scores:
             continue
-        for key, name in (("bleu", "sacreBLEU"), ("chrf", "chrF")):
-            metrics.append(
-                f"          - type: {key}\n"
-                f"            name: {name} ({split})\n"
-                f"            value: {round(float(scores[key]), 2)}\n"
-                f"            args: {json.dumps(scores[key + '_signature'])}"
-            )
-    lines = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: translation",
-        "license: apache-2.0",
-        "tags:",
-        "  - translation",
-        "  - vaswani",
-        "  - transformer",
-        "  - attention-is-all-you-need",
-        "  - hf-vaswani",
-        "language:",
-        *(f"  - {code}" for code in (source, target) if len(code) == 2 and code != "tt"),
-        "datasets:",
-        f"  - {json.dumps(dataset_name)}",
-        "model-index:",
-        f"  - name: {json.dumps(model_name)}",
-        "    results:",
-        "      - task:",
-        "          type: translation",
-        f"          name: Translation {source}-{target}",
-        "        dataset:",
-        f"          type: {json.dumps(dataset_name)}",
-        f"          name: {json.dumps(dataset_name)}",
-        "        metrics:",
-        *metrics,
-        "---",
-    ]
-    return "\n".join(lines)
+        dataset_entry = {"type": dataset, "name": dataset, "split": split}
+        if run["data_args"].get("dataset_config_name"):
+            dataset_entry["config"] = run["data_args"]["dataset_config_name"]
+        results.append(
+            {
+                "task": {"type": "translation", "name": f"Translation {source}-{target}"},
+                "dataset": dataset_entry,
+                "metrics": [
+                    {
+                        "type": "sacrebleu",
+                        "name": "sacreBLEU",
+                        "value": round(float(scores["bleu"]), 2),
+                        "args": {"signature": scores["bleu_signature"]},
+                    },
+                    {
+                        "type": "chrf",
+                        "name": "chrF",
+                        "value": round(float(scores["chrf"]), 2),
+                        "args": {"signature": scores["chrf_signature"]},
+                    },
+                ],
+            }
+        )
+    return {
+        "library_name": "transformers",
+        "pipeline_tag": "translation",
+        "license": "apache-2.0",
+        "language": card_languages(run),
+        "tags": tags,
+        "datasets": [dataset],
+        "metrics": ["sacrebleu", "chrf"],
+        "model-index": [{"name": model_name, "results": results}],
+    }
+
+
+def _yaml_metadata(run: dict, model_name: str) -> str:
+    # safe_dump quotes what YAML would otherwise misread (the language code `no` as false, a name with `: `).
+    text = yaml.safe_dump(card_metadata(run, model_name), sort_keys=False, allow_unicode=True, width=1000)
+    return f"---\n{text}---"
+
+
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _cell(text: str) -> str:
+    """Text for one cell of a Markdown table."""
+    return str(text).replace("\n", " ").replace("|", "\\|")
 
 
 def render_model_card(run: dict, model_name: str = "hf-vaswani") -> str:
@@ -61,7 +125,8 @@ def render_model_card(run: dict, model_name: str = "hf-vaswani") -> str:
     source, target = run["source_lang"], run["target_lang"]
     data = run["data_args"]
     if data.get("dataset_name"):
-        data_description = f"`{data['dataset_name']}` ({data.get('dataset_config_name')}) from the Hub"
+        config_name = f" ({data['dataset_config_name']})" if data.get("dataset_config_name") else ""
+        data_description = f"`{data['dataset_name']}`{config_name} from the Hub"
     elif data.get("data_dir") or data.get("train_file"):
         data_description = f"local files ({data.get('data_dir') or data.get('train_file')})"
     else:
@@ -72,11 +137,13 @@ def render_model_card(run: dict, model_name: str = "hf-vaswani") -> str:
         if split in results:
             s = results[split]
             scores_rows.append(f"| {split} | {s['sentences']} | {s['bleu']:.2f} | {s['chrf']:.2f} |")
-    signature = results.get("test", results.get("validation", {})).get("bleu_signature", "n/a")
-    chrf_signature = results.get("test", results.get("validation", {})).get("chrf_signature", "n/a")
+    evaluated = results.get("test", results.get("validation", {}))
     samples = "\n".join(
-        f"| {s['source']} | {s['hypothesis']} | {s['reference']} |".replace("\n", " ") for s in run["samples"]
+        f"| {_cell(s['source'])} | {_cell(s['hypothesis'])} | {_cell(s['reference'])} |" for s in run["samples"]
     )
+    d_model = config.get("d_model", 512)
+    averaged = results["averaged_checkpoints"]
+    warmup = args["warmup_steps"]
     values = {
         "metadata": _yaml_metadata(run, model_name),
         "model_name": model_name,
@@ -86,28 +153,40 @@ def render_model_card(run: dict, model_name: str = "hf-vaswani") -> str:
         "target": target,
         "data_description": data_description,
         "data_sizes": sizes,
-        "d_model": config.get("d_model", 512),
+        "d_model": d_model,
         "layers": f"{config.get('encoder_layers', 6)}+{config.get('decoder_layers', 6)}",
         "heads": config.get("encoder_attention_heads", 8),
         "ffn": config.get("encoder_ffn_dim", 2048),
-        "dropout": config.get("dropout", 0.1),
+        "dropout": _number(config.get("dropout", 0.1)),
+        "attention_dropout": _number(config.get("attention_dropout", 0.0)),
+        "activation_dropout": _number(config.get("activation_dropout", 0.0)),
+        "layer_norm_eps": _number(config.get("layer_norm_eps", 1e-6)),
         "vocab_size": config.get("vocab_size"),
         "parameters": f"{results['parameters'] / 1e6:.2f}M",
+        "adam": f"β1 = {args['adam_beta1']:g}, β2 = {args['adam_beta2']:g}, ε = {args['adam_epsilon']:g}",
+        "lr_scheduler": args["lr_scheduler_type"],
         "learning_rate": f"{args['learning_rate']:.3g}",
-        "warmup_steps": args["warmup_steps"],
-        "label_smoothing": args["label_smoothing_factor"],
+        "paper_learning_rate": f"{d_model**-0.5 * warmup**-0.5:.3g}" if warmup >= 1 else "n/a",
+        "warmup_steps": _number(warmup),
+        "label_smoothing": _number(args["label_smoothing_factor"]),
         "max_tokens": args["max_tokens"],
         "world_size": args["world_size"],
+        "accumulation": args["gradient_accumulation_steps"],
         "steps": results["train_steps"],
         "epochs": f"{results['train_epochs']:.2f}",
         "train_minutes": results["train_minutes"],
-        "averaged": ", ".join(results["averaged_checkpoints"]) or "none",
+        "averaging": (
+            f"average of {', '.join(averaged)} (taken by step count)"
+            if averaged
+            else f"none (--average_last_n {args['average_last_n']})"
+        ),
+        "final_weights": f"the average of {', '.join(averaged)}" if averaged else "those of the last step",
         "num_beams": args["generation_num_beams"],
-        "length_penalty": args["length_penalty"],
+        "length_penalty": _number(args["length_penalty"]),
         "max_length_offset": args["max_length_offset"],
         "scores_rows": "\n".join(scores_rows) or "| (no evaluation split) | | | |",
-        "signature": signature,
-        "chrf_signature": chrf_signature,
+        "signature": evaluated.get("bleu_signature", "n/a"),
+        "chrf_signature": evaluated.get("chrf_signature", "n/a"),
         "samples": samples or "| | | |",
         "device": run.get("device", "cpu"),
         "versions": ", ".join(f"{k} {v}" for k, v in run["versions"].items()),

@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> dict:
     # The last step is always a checkpoint, so averaging includes the final weights.
     if training_args.save_strategy != "no" and not (output_dir / f"checkpoint-{trainer.state.global_step}").is_dir():
         trainer._save_checkpoint(trainer.model, trial=None)
+    # --push_to_hub: let any background checkpoint upload finish before the folder is rewritten with the averaged
+    # model below; the final model and its card are pushed at the end.
+    trainer._finish_current_push()
     trainer.accelerator.wait_for_everyone()
 
     results: dict = {
@@ -389,6 +392,19 @@ def main(argv: list[str] | None = None) -> dict:
     }
     (output_dir / "results.json").write_text(json.dumps(run, indent=2, default=str) + "\n")
     write_model_card(output_dir, run)
+    if training_args.push_to_hub:
+        # Not trainer.push_to_hub(): it would save trainer.model (the last step, not the average) over the final
+        # model and replace this card with the Trainer's own.
+        from training.push import push_model_folder
+
+        pushed = push_model_folder(
+            output_dir,
+            trainer.hub_model_id,
+            revision=training_args.hub_revision,
+            token=training_args.hub_token,
+            commit_message="End of training",
+        )
+        print(f"Pushed the final model to {pushed.repo_url}")
 
     print(f"\nModel written to {output_dir} ({results['total_minutes']} min in all)")
     for split in ("validation", "test"):

@@ -1,0 +1,659 @@
+"""A local stand-in for the Hugging Face Hub, so Hub code paths are tested without the network (STYLE.md §15).
+
+`HubStub` is a threaded HTTP server on 127.0.0.1 (a free port) that speaks just enough of the Hub API for
+`huggingface_hub` 2.x and `transformers` to create a repo, commit files (`upload_folder`, `create_commit`,
+`push_to_hub`, the Trainer's `push_to_hub`), read repo info and download files (`hf_hub_download`,
+`snapshot_download`, `from_pretrained`). Files live in memory; every commit is a full snapshot.
+
+What it implements (checked against the installed `huggingface_hub/hf_api.py`, `_commit_api.py`,
+`file_download.py`, `utils/_http.py`):
+
+    POST /api/repos/create                          {"name", "organization", "visibility"|"private", "type"}
+    POST /api/validate-yaml                         {"content", "repoType"}: the README front matter must parse
+    GET  /api/whoami-v2
+    GET  /api/models/{repo}[/revision/{rev}]        repo info with `sha` and `siblings` (and `cardData`)
+    GET  /api/models/{repo}/tree/{rev}[/{path}]     `list_repo_tree` (one page, `?recursive=`)
+    POST /api/models/{repo}/paths-info/{rev}        `get_paths_info`
+    GET  /api/models/{repo}/refs                    `list_repo_refs`
+    POST /api/models/{repo}/branch/{branch}         `create_branch` (409 when it exists)
+    POST /api/models/{repo}/preupload/{rev}         every file `uploadMode: "regular"`, the stored blob oid
+    POST /api/models/{repo}/commit/{rev}            the NDJSON body: header, `file` (base64), deletions;
+                                                    `?create_pr=1` commits to a new `refs/pr/N`
+    HEAD/GET /{repo}/resolve/{rev}/{path}           `X-Repo-Commit`, `ETag` (git blob sha1), `Content-Length`;
+                                                    404 with `X-Error-Code: RepoNotFound | RevisionNotFound |
+                                                    EntryNotFound`
+
+Anything else is answered 501 and recorded in `HubStub.unhandled` (and logged as a warning), so a client that
+starts needing a new endpoint fails with a message naming it. Writes need an `Authorization: Bearer` header;
+private repos are invisible (404 RepoNotFound) without one. There is no LFS or Xet: clients must run with
+`HF_HUB_DISABLE_XET=1` (see `hub_env`), and every file is committed inline.
+
+`huggingface_hub` reads `HF_ENDPOINT` when it is imported, so Hub round trips run in subprocesses whose
+environment comes from `hub_env(stub.url, hf_home)`. Use the `hub_stub` fixture (import it into a test module):
+
+    from tests.hub_stub import hub_env, hub_stub  # noqa: F401  (hub_stub is a fixture)
+
+    def test_push(hub_stub, tmp_path):
+        env = hub_env(hub_stub.url, tmp_path / "hf_home")
+        subprocess.run([...], env=env, check=True)
+        assert "README.md" in hub_stub.files("user/model")
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+
+logger = logging.getLogger(__name__)
+
+STUB_USER = "user"
+STUB_TOKEN = "hf_stub_dummy_token"
+GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+
+
+def git_blob_sha1(content: bytes) -> str:
+    """The git object id of a blob, which the Hub uses as a regular file's oid and ETag."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def hub_env(endpoint: str, hf_home: str | os.PathLike, token: str | None = STUB_TOKEN) -> dict[str, str]:
+    """The environment of a subprocess that talks to the stub at `endpoint` and caches in `hf_home` only."""
+    hf_home = Path(hf_home)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("HF_", "HUGGING_FACE_", "HUGGINGFACE_"))
+        and key not in ("PYTHONPATH", "TRANSFORMERS_CACHE", "TRANSFORMERS_OFFLINE")
+    }
+    env.update(
+        HF_ENDPOINT=endpoint,
+        HF_HOME=str(hf_home),
+        HF_MODULES_CACHE=str(hf_home / "modules"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_XET="1",  # the stub speaks no Xet: uploads and downloads go through plain HTTP
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_HUB_DISABLE_UPDATE_CHECK="1",
+        HF_HUB_DISABLE_IMPLICIT_TOKEN="1" if token is None else "0",
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
+    if token is not None:
+        env["HF_TOKEN"] = token
+    return env
+
+
+# ---- storage --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Commit:
+    oid: str
+    parent: str | None
+    message: str
+    description: str
+    files: dict[str, bytes]
+    date: str
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    private: bool
+    commits: dict[str, Commit] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)  # "main", "dev", "refs/pr/1" -> commit oid
+    pull_requests: list[str] = field(default_factory=list)  # the target branch of PR number i + 1
+
+    def resolve(self, revision: str) -> Commit | None:
+        if revision in self.refs:
+            return self.commits[self.refs[revision]]
+        matches = [oid for oid in self.commits if len(revision) >= 7 and oid.startswith(revision)]
+        return self.commits[matches[0]] if len(matches) == 1 else None
+
+
+class HubError(Exception):
+    def __init__(self, status: int, message: str, error_code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.error_code = status, message, error_code
+
+
+# ---- the server -----------------------------------------------------------------------------------------------------
+
+
+class HubStub:
+    """The in-memory Hub. `start()`/`stop()` or use it as a context manager; `url` is its `HF_ENDPOINT`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"host={host!r}: the stub only listens on the loopback interface")
+        self.repos: dict[str, Repo] = {}
+        self.requests: list[tuple[str, str, int]] = []  # (method, path, status) of every request
+        self.unhandled: list[str] = []
+        self._lock = threading.RLock()
+        self._server = ThreadingHTTPServer((host, port), _make_handler(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+        self.url = f"http://{host}:{self._server.server_address[1]}"
+
+    # -- lifecycle --
+    def start(self) -> HubStub:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="hub-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> HubStub:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- inspection, for tests --
+    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+        """The files of `repo_id` at `revision` (a branch, `refs/pr/N` or a commit oid)."""
+        with self._lock:
+            repo = self.repos[repo_id]
+            commit = repo.resolve(revision)
+            if commit is None:
+                raise KeyError(f"{repo_id} has no revision {revision!r} (refs: {sorted(repo.refs)})")
+            return dict(commit.files)
+
+    def history(self, repo_id: str, revision: str = "main") -> list[Commit]:
+        """The commits of `revision`, newest first."""
+        with self._lock:
+            repo = self.repos[repo_id]
+            commit, commits = repo.resolve(revision), []
+            while commit is not None:
+                commits.append(commit)
+                commit = repo.commits.get(commit.parent) if commit.parent else None
+            return commits
+
+    def describe_requests(self) -> str:
+        return "\n".join(f"{method} {path} -> {status}" for method, path, status in self.requests)
+
+    # -- the API --
+    def _repo(self, repo_id: str, authorized: bool) -> Repo:
+        repo = self.repos.get(repo_id)
+        if repo is None or (repo.private and not authorized):
+            raise HubError(404, f"Repository {repo_id} not found", "RepoNotFound")
+        return repo
+
+    def _commit(self, repo: Repo, revision: str) -> Commit:
+        commit = repo.resolve(revision)
+        if commit is None:
+            raise HubError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+        return commit
+
+    def _new_commit(self, repo: Repo, parent: Commit | None, files: dict[str, bytes], message: str, description=""):
+        stamp = f"{repo.repo_id}\n{parent.oid if parent else ''}\n{message}\n{time.time_ns()}\n"
+        digest = hashlib.sha1(stamp.encode())
+        for path in sorted(files):
+            digest.update(path.encode() + b"\0" + git_blob_sha1(files[path]).encode())
+        commit = Commit(
+            oid=digest.hexdigest(),
+            parent=parent.oid if parent else None,
+            message=message,
+            description=description,
+            files=files,
+            date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        )
+        repo.commits[commit.oid] = commit
+        return commit
+
+    def create_repo(self, payload: dict) -> tuple[int, dict]:
+        repo_type = payload.get("type") or "model"
+        if repo_type != "model":
+            raise HubError(400, f"hub_stub: only model repos are supported, not {repo_type!r}")
+        name = payload["name"]
+        namespace = payload.get("organization") or STUB_USER
+        repo_id = f"{namespace}/{name}"
+        url = f"{self.url}/{repo_id}"
+        with self._lock:
+            if repo_id in self.repos:
+                return 409, {"error": "You already created this model repo", "url": url}
+            private = payload.get("private")
+            if payload.get("visibility") is not None:
+                private = payload["visibility"] != "public"
+            repo = Repo(repo_id=repo_id, private=bool(private))
+            first = self._new_commit(repo, None, {".gitattributes": GITATTRIBUTES}, "initial commit")
+            repo.refs["main"] = first.oid
+            self.repos[repo_id] = repo
+        return 200, {"url": url, "name": repo_id, "id": repo_id}
+
+    def repo_info(self, repo: Repo, revision: str | None) -> dict:
+        commit = self._commit(repo, revision or "main")
+        info = {
+            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
+            "id": repo.repo_id,
+            "modelId": repo.repo_id,
+            "author": repo.repo_id.split("/")[0],
+            "sha": commit.oid,
+            "lastModified": commit.date,
+            "createdAt": repo.commits[next(iter(repo.commits))].date,
+            "private": repo.private,
+            "disabled": False,
+            "gated": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": [],
+            "siblings": [
+                {"rfilename": path, "size": len(content), "blobId": git_blob_sha1(content)}
+                for path, content in sorted(commit.files.items())
+            ],
+        }
+        card = _front_matter(commit.files.get("README.md", b"").decode("utf-8", errors="replace"))
+        if isinstance(card, dict):
+            info["cardData"] = card
+            info["tags"] = list(card.get("tags") or [])
+            for key in ("library_name", "pipeline_tag"):
+                if card.get(key):
+                    info[key] = card[key]
+        config = commit.files.get("config.json")
+        if config is not None:
+            try:
+                info["config"] = {
+                    key: value
+                    for key, value in json.loads(config).items()
+                    if key in ("architectures", "model_type", "auto_map")
+                }
+            except ValueError:
+                pass
+        return info
+
+    def tree(self, repo: Repo, revision: str, path: str, recursive: bool) -> list[dict]:
+        commit = self._commit(repo, revision)
+        prefix = f"{path.strip('/')}/" if path.strip("/") else ""
+        entries, folders = [], set()
+        for file_path, content in sorted(commit.files.items()):
+            if not file_path.startswith(prefix):
+                continue
+            rest = file_path[len(prefix) :]
+            if "/" in rest and not recursive:
+                folders.add(prefix + rest.split("/")[0])
+                continue
+            if recursive:
+                parts = rest.split("/")[:-1]
+                folders.update(prefix + "/".join(parts[: i + 1]) for i in range(len(parts)))
+            entries.append({"type": "file", "oid": git_blob_sha1(content), "size": len(content), "path": file_path})
+        if prefix and not entries and not folders:
+            raise HubError(404, f"{path} does not exist on {revision}", "EntryNotFound")
+        folder_entries = [
+            {"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(), "size": 0, "path": folder}
+            for folder in sorted(folders)
+        ]
+        return folder_entries + entries
+
+    def commit(self, repo: Repo, revision: str, body: bytes, create_pr: bool) -> dict:
+        lines = [json.loads(line) for line in body.decode("utf-8").splitlines() if line.strip()]
+        if not lines or lines[0].get("key") != "header":
+            raise HubError(400, "hub_stub: the commit body must start with a header line")
+        header = lines[0]["value"]
+        with self._lock:
+            base = self._commit(repo, revision)
+            parent_oid = header.get("parentCommit")
+            if parent_oid and not create_pr and not base.oid.startswith(parent_oid):
+                raise HubError(412, f"hub_stub: {revision} is at {base.oid}, not at parentCommit {parent_oid}")
+            files = dict(base.files)
+            for line in lines[1:]:
+                key, value = line.get("key"), line.get("value", {})
+                if key == "file":
+                    if value.get("encoding", "base64") != "base64":
+                        raise HubError(400, f"hub_stub: unsupported encoding {value.get('encoding')!r}")
+                    files[value["path"]] = base64.b64decode(value["content"])
+                elif key == "deletedFile":
+                    if files.pop(value["path"], None) is None:
+                        raise HubError(404, f"A file with this name doesn't exist: {value['path']}", "EntryNotFound")
+                elif key == "deletedFolder":
+                    folder = value["path"].rstrip("/") + "/"
+                    for path in [p for p in files if p.startswith(folder)]:
+                        del files[path]
+                else:
+                    # lfsFile needs the LFS batch API, which the stub does not have: the preupload answer never
+                    # asks for it.
+                    raise HubError(400, f"hub_stub: unsupported commit operation {key!r}")
+            commit = self._new_commit(repo, base, files, header.get("summary", ""), header.get("description", ""))
+            commit_url = f"{self.url}/{repo.repo_id}/commit/{commit.oid}"
+            result = {"success": True, "commitOid": commit.oid, "commitUrl": commit_url}
+            if create_pr:
+                repo.pull_requests.append(revision)
+                number = len(repo.pull_requests)
+                repo.refs[f"refs/pr/{number}"] = commit.oid
+                result["pullRequestUrl"] = f"{self.url}/{repo.repo_id}/discussions/{number}"
+            else:
+                if revision not in repo.refs:
+                    raise HubError(400, f"hub_stub: can only commit to a branch, not to {revision!r}")
+                repo.refs[revision] = commit.oid
+                result["pullRequestUrl"] = None
+        return result
+
+
+def _front_matter(text: str):
+    """The YAML metadata block of a model card, parsed; None when there is none; raises yaml.YAMLError."""
+    import yaml
+
+    match = re.match(r"^---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|$)", text, re.DOTALL)
+    if match is None:
+        return None
+    return yaml.safe_load(match.group(1))
+
+
+def validate_card_metadata(content: str) -> list[str]:
+    """What the Hub's validate-yaml would refuse in a README: unparsable YAML and a malformed model-index."""
+    import yaml
+
+    try:
+        metadata = _front_matter(content)
+    except yaml.YAMLError as error:
+        return [f"Invalid YAML in the metadata block: {error}"]
+    if metadata is None:
+        return []
+    if not isinstance(metadata, dict):
+        return ["The metadata block must be a YAML mapping"]
+    errors = []
+    for key in ("tags", "datasets", "language"):
+        value = metadata.get(key)
+        if value is not None and not (isinstance(value, str) or isinstance(value, list)):
+            errors.append(f'"{key}" must be a string or a list of strings')
+    for index, model in enumerate(metadata.get("model-index") or []):
+        if not isinstance(model, dict) or not model.get("name"):
+            errors.append(f'"model-index[{index}].name" is required')
+            continue
+        for r, result in enumerate(model.get("results") or []):
+            where = f"model-index[{index}].results[{r}]"
+            if not (result.get("task") or {}).get("type"):
+                errors.append(f'"{where}.task.type" is required')
+            if not {"type", "name"} <= set(result.get("dataset") or {}):
+                errors.append(f'"{where}.dataset" needs "type" and "name"')
+            for m, metric in enumerate(result.get("metrics") or []):
+                if "type" not in metric or not isinstance(metric.get("value"), (int, float, str)):
+                    errors.append(f'"{where}.metrics[{m}]" needs "type" and a scalar "value"')
+    return errors
+
+
+# ---- the HTTP layer -------------------------------------------------------------------------------------------------
+
+_API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?P<rest>/.*)?$")
+_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
+
+
+def _make_handler(stub: HubStub):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "hub-stub/1.0"
+
+        # -- plumbing --
+        def log_message(self, format, *args):
+            logger.debug("hub_stub: " + format, *args)
+
+        def _body(self) -> bytes:
+            return self._raw_body
+
+        def _read_body(self) -> bytes:
+            """The whole request body, read before routing so that a keep-alive connection stays in sync."""
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                    if size == 0:
+                        self.rfile.readline()
+                        return b"".join(chunks)
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _json_body(self):
+            body = self._body()
+            return json.loads(body) if body else {}
+
+        def _send(self, status: int, body: bytes = b"", headers: dict | None = None, content_type="application/json"):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            if "Content-Length" not in (headers or {}):
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            with stub._lock:
+                stub.requests.append((self.command, self.path, status))
+
+        def _send_json(self, status: int, payload, headers: dict | None = None):
+            self._send(status, json.dumps(payload).encode(), headers)
+
+        @property
+        def authorized(self) -> bool:
+            return self.headers.get("Authorization", "").startswith("Bearer ")
+
+        def _require_token(self):
+            if not self.authorized:
+                raise HubError(401, "Invalid credentials in Authorization header")
+
+        def _dispatch(self):
+            self._raw_body = self._read_body()
+            try:
+                if not self._route():
+                    message = f"hub_stub: no handler for {self.command} {self.path}"
+                    logger.warning(message)
+                    with stub._lock:
+                        stub.unhandled.append(f"{self.command} {self.path}")
+                    self._send_json(501, {"error": message}, {"X-Error-Message": message})
+            except HubError as error:
+                self._send_error(error)
+            except Exception as error:  # a bug in the stub: say so in the response, not just in the server log
+                logger.exception("hub_stub: %s %s failed", self.command, self.path)
+                message = f"hub_stub: {type(error).__name__}: {error}".replace("\n", " ")
+                self._send_json(500, {"error": message}, {"X-Error-Message": message[:500]})
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _dispatch
+
+        # -- routes --
+        def _route(self) -> bool:
+            url = urlsplit(self.path)
+            path, query = url.path, parse_qs(url.query)
+            method = self.command
+
+            if method == "POST" and path == "/api/repos/create":
+                self._require_token()
+                status, payload = stub.create_repo(self._json_body())
+                self._send_json(status, payload)
+                return True
+            if method == "POST" and path == "/api/validate-yaml":
+                content = self._json_body().get("content", "")
+                errors = validate_card_metadata(content)
+                self._send_json(400 if errors else 200, {"errors": [{"message": e} for e in errors], "warnings": []})
+                return True
+            if method == "GET" and path in ("/api/whoami-v2", "/api/whoami"):
+                self._require_token()
+                self._send_json(
+                    200,
+                    {
+                        "type": "user",
+                        "name": STUB_USER,
+                        "fullname": "Hub Stub",
+                        "orgs": [],
+                        "auth": {"type": "access_token", "accessToken": {"displayName": "stub", "role": "write"}},
+                    },
+                )
+                return True
+
+            match = _API.match(path)
+            if match:
+                return self._api(unquote(match.group("repo")), match.group("rest") or "", query)
+            match = _RESOLVE.match(path)
+            if match and method in ("GET", "HEAD"):
+                self._resolve(unquote(match.group("repo")), unquote(match.group("revision")), unquote(match["path"]))
+                return True
+            return False
+
+        def _api(self, repo_id: str, rest: str, query: dict) -> bool:
+            method = self.command
+            parts = [unquote(part) for part in rest.split("/")[1:]] if rest else []
+            with stub._lock:
+                repo = stub._repo(repo_id, self.authorized)
+            if method == "GET" and not parts:
+                self._send_json(200, stub.repo_info(repo, None))
+                return True
+            if method == "GET" and parts[0] == "revision" and len(parts) >= 2:
+                self._send_json(200, stub.repo_info(repo, "/".join(parts[1:])))
+                return True
+            if method == "GET" and parts[0] == "tree" and len(parts) >= 2:
+                recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
+                revision, tree_path = _split_revision(repo, parts[1:])
+                self._send_json(200, stub.tree(repo, revision, tree_path, recursive))
+                return True
+            if method == "GET" and parts == ["refs"]:
+                branches = [
+                    {"name": ref, "ref": f"refs/heads/{ref}", "targetCommit": oid}
+                    for ref, oid in repo.refs.items()
+                    if not ref.startswith("refs/")
+                ]
+                pulls = [
+                    {"name": ref, "ref": ref, "targetCommit": oid}
+                    for ref, oid in repo.refs.items()
+                    if ref.startswith("refs/pr/")
+                ]
+                payload = {"branches": branches, "tags": [], "converts": []}
+                if query.get("include_prs"):
+                    payload["pullRequests"] = pulls
+                self._send_json(200, payload)
+                return True
+            if method == "POST" and parts and parts[0] == "paths-info":
+                revision = "/".join(parts[1:])
+                body = self._body()
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    paths = json.loads(body).get("paths", [])
+                else:
+                    paths = parse_qs(body.decode()).get("paths", [])
+                commit = stub._commit(repo, revision)
+                found = [
+                    {"type": "file", "path": p, "size": len(commit.files[p]), "oid": git_blob_sha1(commit.files[p])}
+                    for p in paths
+                    if p in commit.files
+                ]
+                self._send_json(200, found)
+                return True
+
+            # -- writes --
+            if method == "POST" and len(parts) >= 2 and parts[0] == "branch":
+                self._require_token()
+                payload = self._json_body()
+                branch = "/".join(parts[1:])
+                with stub._lock:
+                    if branch in repo.refs:
+                        raise HubError(409, f"Branch {branch} already exists")
+                    start = stub._commit(repo, payload.get("startingPoint") or "main")
+                    repo.refs[branch] = start.oid
+                self._send_json(200, {})
+                return True
+            if method == "POST" and len(parts) >= 2 and parts[0] == "preupload":
+                self._require_token()
+                revision = "/".join(parts[1:])
+                payload = self._json_body()
+                with stub._lock:
+                    commit = repo.resolve(revision)
+                    existing = commit.files if commit is not None else {}
+                files = [
+                    {
+                        "path": f["path"],
+                        "uploadMode": "regular",  # never "lfs": the stub has no LFS batch endpoint
+                        "shouldIgnore": False,
+                        "oid": git_blob_sha1(existing[f["path"]]) if f["path"] in existing else None,
+                    }
+                    for f in payload.get("files", [])
+                ]
+                self._send_json(200, {"files": files, "commitOid": commit.oid if commit else None})
+                return True
+            if method == "POST" and len(parts) >= 2 and parts[0] == "commit":
+                self._require_token()
+                revision = "/".join(parts[1:])
+                create_pr = query.get("create_pr", ["0"])[0] in ("1", "true")
+                self._send_json(200, stub.commit(repo, revision, self._body(), create_pr))
+                return True
+            return False
+
+        def _resolve(self, repo_id: str, revision: str, file_path: str):
+            with stub._lock:
+                repo = stub._repo(repo_id, self.authorized)
+                commit = stub._commit(repo, revision)
+                content = commit.files.get(file_path)
+            if content is None:
+                raise _EntryNotFound(commit.oid, f"{file_path} does not exist at {revision}")
+            etag = f'"{git_blob_sha1(content)}"'
+            headers = {"X-Repo-Commit": commit.oid, "ETag": etag, "Accept-Ranges": "bytes"}
+            range_header = self.headers.get("Range")
+            match = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header or "")
+            if match and self.command == "GET":
+                start = int(match.group(1))
+                end = int(match.group(2)) if match.group(2) else len(content) - 1
+                part = content[start : end + 1]
+                headers["Content-Range"] = f"bytes {start}-{start + len(part) - 1}/{len(content)}"
+                self._send(206, part, headers, content_type="application/octet-stream")
+                return
+            headers["Content-Length"] = str(len(content))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if self.command == "GET":
+                self.wfile.write(content)
+            with stub._lock:
+                stub.requests.append((self.command, self.path, 200))
+
+        def _send_error(self, error: HubError):
+            headers = {"X-Error-Message": error.message}
+            if error.error_code:
+                headers["X-Error-Code"] = error.error_code
+            if isinstance(error, _EntryNotFound):
+                headers["X-Repo-Commit"] = error.commit_oid  # the client caches the miss under this commit
+            self._send_json(error.status, {"error": error.message}, headers)
+
+    return Handler
+
+
+class _EntryNotFound(HubError):
+    def __init__(self, commit_oid: str, message: str):
+        super().__init__(404, message, "EntryNotFound")
+        self.commit_oid = commit_oid
+
+
+def _split_revision(repo: Repo, parts: list[str]) -> tuple[str, str]:
+    """`tree/{rev}/{path}`: the revision is URL-quoted by the client, but accept `refs/pr/1` unquoted too."""
+    for cut in range(len(parts), 0, -1):
+        candidate = "/".join(parts[:cut])
+        if repo.resolve(candidate) is not None:
+            return candidate, "/".join(parts[cut:])
+    return parts[0], "/".join(parts[1:])
+
+
+@pytest.fixture
+def hub_stub() -> Iterator[HubStub]:
+    """A fresh stub Hub on 127.0.0.1 for one test; its `url` is the `HF_ENDPOINT` for subprocesses."""
+    with HubStub() as stub:
+        yield stub
+        if stub.unhandled:
+            logger.warning("hub_stub: unhandled requests:\n%s", "\n".join(stub.unhandled))
+
+
+__all__ = ["HubStub", "STUB_TOKEN", "STUB_USER", "git_blob_sha1", "hub_env", "hub_stub", "validate_card_metadata"]
