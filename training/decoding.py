@@ -35,12 +35,14 @@ def translate(
     max_source_length: int | None = None,
     progress: bool = False,
     **generate_kwargs,
-) -> list[str]:
+) -> list[str] | list[list[str]]:
     """Translate `sentences` with `model.generate()` (its generation config unless overridden by kwargs).
 
     Sentences are encoded once, sorted by length into batches of at most `max_tokens` source tokens (beam search
-    multiplies the work by the beam size), and the outputs are put back in input order.
+    multiplies the work by the beam size), and the outputs are put back in input order. With
+    `num_return_sequences=n > 1` each sentence gets a list of its n outputs, best first.
     """
+    num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
     if not sentences:
         return []
     model.eval()
@@ -48,11 +50,14 @@ def translate(
     encoded = tokenizer(list(sentences), truncation=max_source_length is not None, max_length=max_source_length)
     lengths = [len(ids) for ids in encoded["input_ids"]]
     batches = _length_sorted_batches(lengths, max_tokens, max_sentences)
-    outputs: list[str | None] = [None] * len(sentences)
+    outputs: list = [None] * len(sentences)
     for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
         features = [{"input_ids": encoded["input_ids"][i], "attention_mask": encoded["attention_mask"][i]} for i in batch]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)
         generated = model.generate(**inputs, **generate_kwargs)
-        for index, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
-            outputs[index] = text
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        # generate() returns each source's n sequences as consecutive rows
+        for position, index in enumerate(batch):
+            group = texts[position * num_return_sequences : (position + 1) * num_return_sequences]
+            outputs[index] = group if num_return_sequences > 1 else group[0]
     return outputs
