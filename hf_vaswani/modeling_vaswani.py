@@ -75,13 +75,13 @@ class VaswaniSinusoidalPositionalEmbedding(nn.Module):
         self.d_model = config.d_model
         self.max_positions = config.max_position_embeddings
 
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, position_ids: torch.Tensor, past_length: int = 0) -> torch.Tensor:
         # Longer inputs are allowed: the formula is defined for every position (§3.5 hopes it extrapolates).
-        if position_ids.shape[-1] > self.max_positions:
+        # `past_length`: positions already in the decoder's cache, so that step-by-step decoding warns too.
+        if not torch.compiler.is_compiling() and past_length + position_ids.shape[-1] > self.max_positions:
             logger.warning_once(
-                f"Sequence of {position_ids.shape[-1]} positions is longer than max_position_embeddings="
-                f"{self.max_positions}; the sinusoidal encodings are still defined there, but the model never "
-                "saw such positions in training."
+                f"Input longer than max_position_embeddings={self.max_positions}: the sinusoidal encodings are "
+                "still defined there, but the model never saw such positions in training."
             )
         return sinusoidal_position_encoding(position_ids, self.d_model)
 
@@ -341,6 +341,33 @@ class VaswaniPreTrainedModel(PreTrainedModel):
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except Exception as error:
+            # safetensors' SafetensorError ("Error while deserializing header: ...") names no file. Matched by
+            # name, because this file imports only torch and transformers.
+            if type(error).__name__ != "SafetensorError":
+                raise
+            raise OSError(
+                f"The weights in {pretrained_model_name_or_path} (model.safetensors or its shards) are truncated or "
+                f"corrupted: {error}. Download or save them again."
+            ) from error
+
+    def _check_input_ids(self, input_ids: torch.Tensor) -> None:
+        """A ValueError naming the id, instead of an IndexError from inside nn.Embedding."""
+        # One min/max reduction and one host sync per forward; skipped where it would break a traced graph.
+        if input_ids.numel() == 0 or torch.jit.is_tracing() or torch.compiler.is_compiling():
+            return
+        low, high = torch.stack(torch.aminmax(input_ids)).tolist()
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(
+                f"{type(self).__name__}: input_ids contain {low if low < 0 else high}, outside [0, vocab_size="
+                f"{self.config.vocab_size}): the tokenizer does not match the model (or -100 labels were passed "
+                "as ids)"
+            )
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """The paper does not state its initialisation; its code (tensor2tensor, transformer_base) used:
@@ -396,6 +423,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("VaswaniEncoder: give exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
+            self._check_input_ids(input_ids)
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
         batch_size, source_length = inputs_embeds.shape[:2]
 
@@ -454,17 +482,22 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("VaswaniDecoder: give exactly one of input_ids or inputs_embeds")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
-        batch_size, target_length = inputs_embeds.shape[:2]
-
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
 
+        if inputs_embeds is None:
+            # Later decoding steps feed back the model's own argmax/samples: checking them would only add a host
+            # sync per generated token.
+            if past_length == 0:
+                self._check_input_ids(input_ids)
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        batch_size, target_length = inputs_embeds.shape[:2]
+
         # A step of incremental decoding continues the positions where the cache stops.
         position_ids = torch.arange(past_length, past_length + target_length, device=inputs_embeds.device)
-        positions = self.embed_positions(position_ids.expand(batch_size, -1)).to(inputs_embeds.dtype)
+        positions = self.embed_positions(position_ids.expand(batch_size, -1), past_length=past_length)
+        positions = positions.to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(inputs_embeds + positions, p=self.dropout, training=self.training)
 
         self_attention_cache = (
@@ -648,6 +681,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         label_smoothing: float = 0.0,
         num_items_in_batch: int | torch.Tensor | None = None,
+        loss_only: bool = False,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         r"""
@@ -657,7 +691,13 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             `torch.nn.functional.cross_entropy`.
         num_items_in_batch: the number of label tokens in the whole (accumulated, all-process) batch, passed by
             the Trainer; the loss is then sum / num_items_in_batch so gradient accumulation is exact.
+        loss_only: the training shortcut: apply the output layer only where labels != -100 and return the loss with
+            `logits=None`. Logits of padding positions are never scored, so computing them (a matmul with the whole
+            vocabulary and its softmax, forward and backward) is wasted; `VaswaniTrainer` asks for this in training
+            steps. Needs `labels`.
         """
+        if loss_only and labels is None:
+            raise ValueError("VaswaniForConditionalGeneration: loss_only=True needs labels (it returns only the loss)")
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -675,12 +715,20 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        hidden_states = outputs.last_hidden_state
+        if loss_only:
+            # Not in Marian: the pre-softmax linear transformation only at the N positions that have a label.
+            labels = labels.to(hidden_states.device)
+            is_labelled = labels != -100
+            logits = self.lm_head(hidden_states[is_labelled])  # (N, vocab)
+            labels = labels[is_labelled]  # (N,)
+        else:
+            logits = self.lm_head(hidden_states)  # (B, T, vocab)
 
         loss = None
         if labels is not None:
             loss = nn.functional.cross_entropy(
-                logits.flatten(0, 1).float(),
+                logits.flatten(0, -2).float(),
                 labels.flatten().to(logits.device),
                 ignore_index=-100,
                 reduction="sum",
@@ -694,7 +742,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
 
         return Seq2SeqLMOutput(
             loss=loss,
-            logits=logits,
+            logits=None if loss_only else logits,
             past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
@@ -742,6 +790,20 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if self.config.pad_token_id is None:
             return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
         return (input_ids != self.config.pad_token_id).sum(-1)
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's hook for keeping the cache rows of the surviving hypotheses (`GenerationMixin._beam_search`).
+
+        Only the self-attention cache moves. The encoder-decoder keys and values of the beams of one source are
+        copies of the same rows (generate() expands the encoder output per beam) and `beam_idx` only permutes
+        beams within a source, so the stock reorder of that cache copies every row onto an identical one, each
+        step: a fifth of beam search's time on the CPU.
+        """
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **kw):
         # `generation_config` is generate()'s private copy, so marking its length penalty here touches nothing else.

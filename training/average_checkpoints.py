@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,10 @@ def _load_weights(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
         raise ValueError(
             f"{checkpoint_dir} has no {WEIGHTS_NAME} (sharded or .bin checkpoints are not supported)"
         )
-    return load_file(weights_path, device="cpu")
+    try:
+        return load_file(weights_path, device="cpu")
+    except SafetensorError as error:
+        raise ValueError(f"{weights_path} is truncated or corrupted ({error})") from error
 
 
 def _check_matches(

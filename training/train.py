@@ -20,7 +20,6 @@ import numpy as np
 import torch
 import transformers
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgumentParser, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 import hf_vaswani
 from training.arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
@@ -29,7 +28,7 @@ from training.data import load_parallel_data
 from training.decoding import translate
 from training.model_card import write_model_card
 from training.tokenizer import load_or_train_tokenizer
-from training.trainer import TimeBudgetCallback, VaswaniTrainer, paper_learning_rate
+from training.trainer import TimeBudgetCallback, VaswaniTrainer, last_complete_checkpoint, paper_learning_rate
 
 logger = logging.getLogger("training.train")
 
@@ -239,9 +238,9 @@ def main(argv: list[str] | None = None) -> dict:
     # A run continues from its own tokenizer: otherwise the token ids would change under the checkpoint.
     resume = training_args.resume_from_checkpoint
     if resume in ("True", "true", "last"):
-        resume = get_last_checkpoint(str(output_dir))
+        resume = last_complete_checkpoint(output_dir)  # skips folders a crash left half-written
         if resume is None:
-            raise ValueError(f"--resume_from_checkpoint: no checkpoint-* folder in {output_dir}")
+            raise ValueError(f"--resume_from_checkpoint: no complete checkpoint-* folder in {output_dir}")
     tokenizer_source = model_args.tokenizer_name_or_path or model_args.model_name_or_path
     if tokenizer_source is None and (output_dir / "tokenizer.json").is_file():
         tokenizer_source = str(output_dir)

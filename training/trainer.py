@@ -4,23 +4,135 @@
 - Label smoothing computed inside the model's fused `cross_entropy(label_smoothing=...)` instead of the Trainer's
   `LabelSmoother`, which materialises a full log-softmax copy of the logits.
 - Throughput in the logs (non-pad source and target tokens per second), a wall-clock budget, and a hard stop
-  on a non-finite loss before the optimizer applies it.
+  on a non-finite loss or gradient before the optimizer applies it.
+
+And crash-safe checkpoints: the stock Trainer writes `checkpoint-N` file by file, so a run killed during a save
+leaves a half-written folder that `get_last_checkpoint` picks, and every resume then dies on it (FileNotFoundError
+for trainer_state.json, or a safetensors header error) until someone deletes it by hand. Here a checkpoint is
+written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once every file is on disk, and resuming skips or
+refuses, naming the file, folders that are incomplete anyway (older runs, copies).
 """
 
+import json
 import logging
+import math
+import os
+import re
+import shutil
 import time
+from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
 
 from training.batching import TokenBatchSampler
 
 logger = logging.getLogger(__name__)
 
+_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+# The staging name does not match `checkpoint-*`, so neither resuming, rotation nor averaging ever sees it, and
+# it is hidden, so training/push.py leaves it out of an upload.
+STAGING_PREFIX = ".tmp-"
+
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; the weights were not updated with it."""
+
+
+class NonFiniteGradientError(NonFiniteLossError):
+    """The loss was finite but its gradients were not (an overflow in the backward pass); no update was made."""
+
+
+# ---- checkpoint integrity ------------------------------------------------------------------------------------------
+
+
+def checkpoint_problem(checkpoint_dir: str | os.PathLike) -> str | None:
+    """Why `checkpoint_dir` cannot be resumed from, or None when it is a complete checkpoint.
+
+    trainer_state.json is the last file a save writes (stock Trainer and `VaswaniTrainer` alike), so its presence
+    means the weights, optimizer, scheduler and RNG states before it were written too. The headers of the
+    safetensors files are read as well, which catches truncated files; safetensors has no checksum, so flipped
+    bits inside the tensor data are not detected.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    if not checkpoint_dir.is_dir():
+        return f"{checkpoint_dir} is not a directory"
+    state_file = checkpoint_dir / TRAINER_STATE_NAME
+    if not state_file.is_file():
+        return f"{state_file} is missing (the Trainer writes it last: the save was interrupted)"
+    try:
+        json.loads(state_file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        return f"{state_file} is not valid JSON ({error})"
+    for weights_file in sorted(checkpoint_dir.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights_file), framework="pt") as weights:
+                weights.keys()
+        except (SafetensorError, OSError) as error:
+            return f"{weights_file} is truncated or corrupted ({error})"
+    return None
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The `checkpoint-N` folder of `output_dir` with the highest N that is complete, or None.
+
+    A drop-in for `transformers.trainer_utils.get_last_checkpoint` that skips, with a warning, the folders
+    `checkpoint_problem` objects to instead of returning them.
+    """
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    candidates = []
+    for path in output_dir.iterdir():
+        match = _CHECKPOINT_NAME.match(path.name)
+        if match is not None and path.is_dir():
+            candidates.append((int(match.group(1)), path))
+    for _, path in sorted(candidates, reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return str(path)
+        logger.warning("Skipping incomplete checkpoint %s: %s", path, problem)
+    return None
+
+
+def _fsync(path: str, directory: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if directory:
+            return  # folders cannot be opened on Windows; there the rename is what makes the entries visible
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish_checkpoint(staging_dir: str, output_dir: str) -> None:
+    """Rename the finished `staging_dir` to `output_dir` after flushing it to disk, replacing an older copy."""
+    # A rename is only atomic for what has reached the disk: flush the files, then the folders holding them.
+    for root, _, files in os.walk(staging_dir):
+        for name in files:
+            _fsync(os.path.join(root, name))
+    for root, _, _ in os.walk(staging_dir, topdown=False):
+        _fsync(root, directory=True)
+    if os.path.exists(output_dir):
+        # The same step saved again (a run resumed from an earlier checkpoint): a rename cannot replace a
+        # non-empty folder, so the old one moves aside first. Until the second rename, resuming finds an older
+        # complete checkpoint, never a partial one.
+        retired_dir = os.path.join(os.path.dirname(output_dir), f"{STAGING_PREFIX}old-{os.path.basename(output_dir)}")
+        shutil.rmtree(retired_dir, ignore_errors=True)
+        os.replace(output_dir, retired_dir)
+        os.replace(staging_dir, output_dir)
+        shutil.rmtree(retired_dir, ignore_errors=True)
+    else:
+        os.replace(staging_dir, output_dir)
+    _fsync(os.path.dirname(os.path.abspath(output_dir)), directory=True)
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -94,11 +206,35 @@ class VaswaniTrainer(Seq2SeqTrainer):
         # Checked before the optimizer step, so the weights (and every checkpoint) stay finite.
         if not torch.isfinite(loss).all():
             raise NonFiniteLossError(
-                f"Training loss became {loss.item()} at step {self.state.global_step + 1}; stopping before the "
-                f"update. The last checkpoint in {self.args.output_dir} is intact: lower the learning rate or "
-                "check the data, then resume from it with --resume_from_checkpoint."
+                f"Training loss became {loss.item()} at step {self.state.global_step + 1}; {self._how_to_recover()}"
             )
         return loss
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        # A finite loss can still have non-finite gradients (an overflow in the backward pass), and one Adam step
+        # with them writes NaN into the weights. The stock loop computes this norm before every optimizer step.
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        # Under fp16 the gradient scaler expects inf/NaN now and then: it skips that step and lowers the scale.
+        if grad_norm is not None and getattr(self.accelerator, "scaler", None) is None:
+            value = float(grad_norm)
+            if not math.isfinite(value):
+                raise NonFiniteGradientError(
+                    f"Gradient norm became {value} at step {self.state.global_step + 1} (the loss was finite); "
+                    f"{self._how_to_recover()}"
+                )
+        return grad_norm
+
+    def _how_to_recover(self) -> str:
+        last = last_complete_checkpoint(self.args.output_dir)
+        if last is None:
+            return (
+                f"stopping before the update. No checkpoint was saved in {self.args.output_dir} before it: lower "
+                "the learning rate or check the data and start again."
+            )
+        return (
+            f"stopping before the update. The last checkpoint, {last}, is intact: lower the learning rate or check "
+            "the data, then resume from it with --resume_from_checkpoint."
+        )
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -107,6 +243,92 @@ class VaswaniTrainer(Seq2SeqTrainer):
             logs["tokens_per_second"] = round(tokens / max(now - self._time_of_last_log, 1e-9), 1)
             self._tokens_since_log, self._time_of_last_log = 0, now
         super().log(logs, start_time)
+
+    # ---- crash-safe checkpoints ---------------------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """`Trainer.train`, resuming only from complete checkpoints.
+
+        `resume_from_checkpoint=True` takes the last complete `checkpoint-N` (the stock code takes the last one,
+        complete or not); a path to an incomplete checkpoint is a ValueError naming the missing or broken file
+        (the stock code loads its weights first and then fails on whichever file is missing or cut short).
+        """
+        if self.args.should_save:
+            for stale in sorted(Path(self.args.output_dir).glob(f"{STAGING_PREFIX}*{PREFIX_CHECKPOINT_DIR}-*")):
+                logger.warning("Removing %s, left by an interrupted save", stale)
+                shutil.rmtree(stale, ignore_errors=True)
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            problem = checkpoint_problem(resume_from_checkpoint)
+            if problem is not None:
+                raise ValueError(
+                    f"Cannot resume from {resume_from_checkpoint}: {problem}. Resume from an earlier checkpoint "
+                    "(--resume_from_checkpoint True picks the last complete one)."
+                )
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The stock `Trainer._save_checkpoint` (weights, optimizer, scheduler, scaler, RNG, trainer state, then
+        rotation), written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once all of it is on disk.
+
+        A crash at any point leaves either the complete `checkpoint-N` or no `checkpoint-N` at all.
+        """
+        if self.hp_search_backend is None and trial is None:
+            self.store_flos()
+        run_dir = self._get_output_dir(trial=trial)
+        checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        output_dir = os.path.join(run_dir, checkpoint_folder)
+        staging_dir = os.path.join(run_dir, f"{STAGING_PREFIX}{checkpoint_folder}")
+        if self.args.should_save and os.path.exists(staging_dir):
+            logger.warning("Removing %s, left by an interrupted save", staging_dir)
+            shutil.rmtree(staging_dir)
+        # No process writes into the staging folder before it is clean.
+        self.accelerator.wait_for_everyone()
+
+        self.save_model(staging_dir, _internal_call=True)
+        if self.args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST) and (
+            self.state.best_global_step
+        ):
+            self.accelerator.wait_for_everyone()
+            best_checkpoint_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
+            # The current step's folder is still staged; it exists under its final name once published.
+            if self.state.best_global_step == self.state.global_step or os.path.exists(best_checkpoint_dir):
+                self.state.best_model_checkpoint = best_checkpoint_dir
+        if not self.args.save_only_model:
+            self._save_optimizer_and_scheduler(staging_dir)
+            self._save_scaler(staging_dir)
+            self._save_rng_state(staging_dir)
+        if self.args.should_save:
+            for callback in [*self.callback_handler.callbacks, self.control]:
+                if not isinstance(callback, ExportableState):
+                    continue
+                name = callback.__class__.__name__
+                if isinstance(self.state.stateful_callbacks[name], list):
+                    self.state.stateful_callbacks[name].append(callback.state())
+                else:
+                    self.state.stateful_callbacks[name] = callback.state()
+            # Written last: its presence is what marks a stock-written checkpoint complete (see checkpoint_problem).
+            self.state.save_to_json(os.path.join(staging_dir, TRAINER_STATE_NAME))
+
+        # Every process has written its part (rng_state_<rank>.pth) before the folder gets its final name.
+        self.accelerator.wait_for_everyone()
+        # With save_on_each_node on a shared disk, another node may have published it already.
+        if self.args.should_save and os.path.isdir(staging_dir):
+            _publish_checkpoint(staging_dir, output_dir)
+        self.accelerator.wait_for_everyone()
+
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(output_dir)
+        if self.args.should_save:
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
 
 def paper_learning_rate(d_model: int, warmup_steps: float) -> float:
