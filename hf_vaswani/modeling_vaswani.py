@@ -153,7 +153,9 @@ class VaswaniAttention(nn.Module):
         if past_key_values is not None:
             if isinstance(past_key_values, EncoderDecoderCache):
                 layer_cache = (
-                    past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+                    past_key_values.cross_attention_cache
+                    if is_cross_attention
+                    else past_key_values.self_attention_cache
                 )
             else:
                 layer_cache = past_key_values
@@ -501,7 +503,9 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         hidden_states = nn.functional.dropout(inputs_embeds + positions, p=self.dropout, training=self.training)
 
         self_attention_cache = (
-            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
         )
         causal_mask = create_causal_mask(
             config=self.config,
@@ -526,7 +530,9 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------

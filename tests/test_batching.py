@@ -32,9 +32,7 @@ def padding_fraction(batches: list[list[int]], source: np.ndarray, target: np.nd
     return 1 - real / padded
 
 
-def random_batches(
-    n: int, max_tokens: int, source: np.ndarray, target: np.ndarray, seed: int
-) -> list[list[int]]:
+def random_batches(n: int, max_tokens: int, source: np.ndarray, target: np.ndarray, seed: int) -> list[list[int]]:
     """The baseline: the same token limit, filled greedily from a random order (no length sorting)."""
     batches: list[list[int]] = []
     batch: list[int] = []
@@ -46,9 +44,7 @@ def random_batches(
     return [*batches, batch]
 
 
-def check_epoch(
-    samplers: list[TokenBatchSampler], source: np.ndarray, target: np.ndarray, max_tokens: int
-) -> None:
+def check_epoch(samplers: list[TokenBatchSampler], source: np.ndarray, target: np.ndarray, max_tokens: int) -> None:
     """All ranks together use every example once, with equal batch counts and no batch over the limit."""
     per_rank = [list(sampler) for sampler in samplers]
     assert len({len(batches) for batches in per_rank}) == 1
@@ -124,9 +120,7 @@ def test_length_homogeneity_beats_random_batching() -> None:
     source, target = realistic_lengths(5000)
     sampler = TokenBatchSampler(source, target, max_tokens=2048, seed=1)
     sorted_padding = padding_fraction(list(sampler), source, target)
-    random_padding = padding_fraction(
-        random_batches(len(source), 2048, source, target, seed=1), source, target
-    )
+    random_padding = padding_fraction(random_batches(len(source), 2048, source, target, seed=1), source, target)
     # Measured: about 0.06 sorted against 0.5 random; the margin leaves room for other length distributions.
     assert sorted_padding < 0.12
     assert random_padding > 0.35
@@ -180,9 +174,7 @@ def test_no_shuffle_is_short_to_long() -> None:
 def test_oversized_example_names_index_and_length() -> None:
     source = np.array([5, 6, 40, 7, 50])
     target = np.array([5, 6, 30, 7, 3])
-    with pytest.raises(
-        ValueError, match=r"example 2 has 40 tokens .* max_tokens=32 .*2 such examples.*truncate"
-    ):
+    with pytest.raises(ValueError, match=r"example 2 has 40 tokens .* max_tokens=32 .*2 such examples.*truncate"):
         TokenBatchSampler(source, target, max_tokens=32)
 
 

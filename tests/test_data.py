@@ -51,9 +51,7 @@ def test_text_pair_prefix_with_gzip_and_crlf(tmp_path: Path) -> None:
     assert dataset_dict["train"].column_names == ["translation"]
     assert isinstance(dataset_dict["train"].features["translation"], Translation)
     assert pairs(dataset_dict["train"]) == list(zip(DE, EN, strict=True))
-    assert stats["train"] == SplitStats(
-        "train", (str(tmp_path / "train.de.gz"), str(tmp_path / "train.en")), 3, 0
-    )
+    assert stats["train"] == SplitStats("train", (str(tmp_path / "train.de.gz"), str(tmp_path / "train.en")), 3, 0)
 
 
 def test_naming_one_file_of_the_pair_names_the_pair(tmp_path: Path) -> None:
@@ -88,9 +86,7 @@ def test_tsv_without_header_is_source_then_target(tmp_path: Path) -> None:
 
 
 def test_tsv_language_header_sets_column_order(tmp_path: Path) -> None:
-    path = write_lines(
-        tmp_path / "train.tsv", ["en\tde"] + [f"{e}\t{d}" for d, e in zip(DE, EN, strict=True)]
-    )
+    path = write_lines(tmp_path / "train.tsv", ["en\tde"] + [f"{e}\t{d}" for d, e in zip(DE, EN, strict=True)])
     dataset_dict, stats = load_parallel_data("de", "en", train_file=path, return_stats=True)
     assert pairs(dataset_dict["train"]) == list(zip(DE, EN, strict=True))
     assert stats["train"].num_pairs == 3  # the header is not a pair
@@ -175,9 +171,7 @@ def test_blank_pairs_are_skipped_counted_and_warned(tmp_path: Path, caplog: pyte
 def test_blank_sides_in_jsonl_and_tsv_are_skipped(tmp_path: Path) -> None:
     jsonl = tmp_path / "a.jsonl"
     jsonl.write_text(
-        "\n".join(
-            json.dumps({"translation": {"de": d, "en": e}}) for d, e in [("a", "b"), (" ", "c"), ("d", "")]
-        )
+        "\n".join(json.dumps({"translation": {"de": d, "en": e}}) for d, e in [("a", "b"), (" ", "c"), ("d", "")])
         + "\n\n",
         encoding="utf-8",
     )
@@ -198,17 +192,13 @@ def test_invalid_utf8_names_file_and_line(tmp_path: Path, gz: bool) -> None:
     else:
         path.write_bytes(data)
     write_lines(tmp_path / "train.en", ["Hello", "World", "coffee"])
-    with pytest.raises(
-        ParallelDataError, match=rf"{re.escape(str(path))}:3: invalid UTF-8 \(byte 0xe9 at column 4\)"
-    ):
+    with pytest.raises(ParallelDataError, match=rf"{re.escape(str(path))}:3: invalid UTF-8 \(byte 0xe9 at column 4\)"):
         load_parallel_data("de", "en", train_file=tmp_path / "train")
 
 
 def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "train.jsonl"
-    path.write_text(
-        json.dumps({"translation": {"de": "a", "en": "b"}}) + '\n{"translation": {"de": \n', "utf-8"
-    )
+    path.write_text(json.dumps({"translation": {"de": "a", "en": "b"}}) + '\n{"translation": {"de": \n', "utf-8")
     with pytest.raises(ParallelDataError, match=rf"{re.escape(str(path))}:2: not valid JSON"):
         load_parallel_data("de", "en", train_file=path)
 
@@ -325,9 +315,7 @@ def test_hub_translation_format(tmp_path: Path, load_dataset_calls: list[tuple])
 def test_hub_translation_format_missing_language(tmp_path: Path) -> None:
     folder = make_hub_folder(tmp_path / "hub", {"train": {"translation": [{"de": "a", "fr": "b"}]}})
     with pytest.raises(ParallelDataError, match=r"\[train\]: column 'translation' has no language 'en'"):
-        load_parallel_data(
-            "de", "en", dataset_name=str(folder), dataset_config_name="de-en", cache_dir=tmp_path
-        )
+        load_parallel_data("de", "en", dataset_name=str(folder), dataset_config_name="de-en", cache_dir=tmp_path)
 
 
 def test_hub_two_language_columns_and_blank_filter(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -363,9 +351,7 @@ def test_hub_explicit_columns(tmp_path: Path) -> None:
     assert dataset_dict["train"].column_names == ["translation"]
     assert pairs(dataset_dict["train"]) == list(zip(DE, EN, strict=True))
     with pytest.raises(ParallelDataError, match="no source column 'de'"):
-        load_parallel_data(
-            "de", "en", dataset_name=str(folder), dataset_config_name="de-en", cache_dir=tmp_path
-        )
+        load_parallel_data("de", "en", dataset_name=str(folder), dataset_config_name="de-en", cache_dir=tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -375,9 +361,7 @@ def test_hub_explicit_columns(tmp_path: Path) -> None:
 
 def test_toy_corpus_is_the_default() -> None:
     toy = pytest.importorskip("training.toy_corpus")
-    dataset_dict, stats = load_parallel_data(
-        toy_num_train=20, toy_num_validation=5, toy_num_test=5, return_stats=True
-    )
+    dataset_dict, stats = load_parallel_data(toy_num_train=20, toy_num_validation=5, toy_num_test=5, return_stats=True)
     assert isinstance(dataset_dict, DatasetDict)
     assert len(dataset_dict["train"]) == 20
     assert stats["train"].num_pairs == 20

@@ -195,9 +195,7 @@ def test_evaluate_load_offline_equals_direct_computation(offline_evaluate_result
     assert_same_scores(offline_evaluate_results["standalone"], expected)
     assert_same_scores(offline_evaluate_results["single"], expected)
     per_prediction = [[r, s] for r, s in zip(REFERENCES, SECOND_REFERENCES, strict=True)]
-    assert_same_scores(
-        offline_evaluate_results["multi"], compute_translation_scores(PREDICTIONS, per_prediction)
-    )
+    assert_same_scores(offline_evaluate_results["multi"], compute_translation_scores(PREDICTIONS, per_prediction))
     lowered = [prediction.lower() for prediction in PREDICTIONS]
     assert_same_scores(
         offline_evaluate_results["lowercase"], compute_translation_scores(lowered, REFERENCES, lowercase=True)

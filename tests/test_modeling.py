@@ -236,7 +236,9 @@ def test_fully_padded_row_gives_no_nan(attn_implementation):
     input_ids, decoder_input_ids = _batch(batch=2)
     mask = torch.ones_like(input_ids)
     mask[1] = 0  # a source that is padding only
-    out = model(input_ids=input_ids.masked_fill(mask == 0, PAD), attention_mask=mask, decoder_input_ids=decoder_input_ids)
+    out = model(
+        input_ids=input_ids.masked_fill(mask == 0, PAD), attention_mask=mask, decoder_input_ids=decoder_input_ids
+    )
     assert torch.isfinite(out.logits).all()
     assert torch.isfinite(out.encoder_last_hidden_state).all()
 

@@ -69,8 +69,6 @@ def checkpoint_steps(output_dir: Path) -> list[int]:
 # ---- 1. the model called directly with bad inputs -------------------------------------------------------------------
 
 
-
-
 @pytest.mark.parametrize(
     ("where", "bad_id"),
     [("input_ids", 64), ("input_ids", 1000), ("input_ids", -100), ("decoder_input_ids", 64), ("generate", 70)],
@@ -356,8 +354,6 @@ def _corrupt(path: Path, how: str) -> None:
         path.write_bytes(b"\xff" * 8 + data[8:])
 
 
-
-
 @pytest.mark.parametrize("how", ["truncated", "empty", "garbage header"])
 def test_corrupted_weights_file_is_a_clear_error_naming_it(tmp_path, how):
     tiny_model().save_pretrained(tmp_path)
@@ -392,8 +388,6 @@ def test_resume_refuses_a_truncated_checkpoint_naming_the_file(broken_last_check
     _corrupt(weights, "truncated")
     with pytest.raises(ValueError, match=rf"{re.escape(str(weights))} is truncated or corrupted"):
         main([*RUN, "--output_dir", str(broken_last_checkpoint), "--resume_from_checkpoint", str(checkpoint)])
-
-
 
 
 @pytest.mark.parametrize("how", ["truncated", "garbage header"])

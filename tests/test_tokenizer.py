@@ -90,9 +90,7 @@ def test_eos_appended_and_no_bos(tokenizer: PreTrainedTokenizerFast) -> None:
         assert labels[0] != tokenizer.bos_token_id
 
 
-def test_save_and_autotokenizer_load_give_identical_ids(
-    tokenizer: PreTrainedTokenizerFast, tmp_path: Path
-) -> None:
+def test_save_and_autotokenizer_load_give_identical_ids(tokenizer: PreTrainedTokenizerFast, tmp_path: Path) -> None:
     tokenizer.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     texts = [*GERMAN, *ENGLISH, "Zwei  Hunde , 7 Äpfel", "unseen ж character"]

@@ -215,9 +215,7 @@ def test_adjective_follows_the_noun_in_the_target() -> None:
         ("horse", True, ["dei", "Hrose", "groten"]),
     ],
 )
-def test_article_and_adjective_agree_with_gender_and_number(
-    en: str, plural: bool, expected: list[str]
-) -> None:
+def test_article_and_adjective_agree_with_gender_and_number(en: str, plural: bool, expected: list[str]) -> None:
     assert render_noun_phrase_tt(NounPhrase(noun(en), plural, adjective=adjective("big"))) == expected
 
 
@@ -297,9 +295,7 @@ def test_coordination_keeps_main_clause_order() -> None:
 
 def test_negation_placement() -> None:
     man, dog = NounPhrase(noun("man")), NounPhrase(noun("dog"))
-    negated = Clause(
-        man, verb("see"), dog, negated=True, prep_phrase=PrepPhrase("in", NounPhrase(noun("park")))
-    )
+    negated = Clause(man, verb("see"), dog, negated=True, prep_phrase=PrepPhrase("in", NounPhrase(noun("park"))))
     assert translate(Sentence("simple", negated)) == {
         "en": "The man does not see the dog in the park .",
         "tt": "Dor Gumo siht don Hunto niht inna dom Lund .",

@@ -185,7 +185,16 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     two = tmp_path / "two"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
     env["TOKENIZERS_PARALLELISM"] = "false"
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+    ]
     launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "training.train"]
     completed = subprocess.run(
         [*launch, *common, "--output_dir", str(two)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,

@@ -88,7 +88,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             "step * warmup^-1.5) (§5.3)."
         },
     )
-    lr_scheduler_type: SchedulerType | str = field(default="inverse_sqrt", metadata={"help": "The paper's schedule (§5.3)."})
+    lr_scheduler_type: SchedulerType | str = field(
+        default="inverse_sqrt", metadata={"help": "The paper's schedule (§5.3)."}
+    )
     warmup_steps: float = field(default=4000, metadata={"help": "warmup_steps of §5.3 (the paper: 4000)."})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1 (§5.3: 0.9)."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (§5.3: 0.98)."})
@@ -106,7 +108,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         default="end",
         metadata={"help": "With --push_to_hub: push only the final (averaged) model and its card, not checkpoints."},
     )
-    eval_strategy: IntervalStrategy | str = field(default="no", metadata={"help": "Validation BLEU during training: no, steps, epoch."})
+    eval_strategy: IntervalStrategy | str = field(
+        default="no", metadata={"help": "Validation BLEU during training: no, steps, epoch."}
+    )
     report_to: None | str | list[str] = field(
         default="auto", metadata={"help": "auto: TensorBoard when it is installed, else nothing."}
     )
@@ -151,7 +155,11 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(f"--max_tokens={self.max_tokens} must be positive (or 0 to disable)")
         if self.average_last_n < 0:
             raise ValueError(f"--average_last_n={self.average_last_n} must be >= 0")
-        if self.average_last_n > 1 and self.save_total_limit is not None and self.save_total_limit < self.average_last_n:
+        if (
+            self.average_last_n > 1
+            and self.save_total_limit is not None
+            and self.save_total_limit < self.average_last_n
+        ):
             raise ValueError(
                 f"--average_last_n={self.average_last_n} needs --save_total_limit >= {self.average_last_n} "
                 f"(got {self.save_total_limit}): the checkpoints to average would be deleted"

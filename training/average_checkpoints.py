@@ -55,9 +55,7 @@ def _is_copied(name: str) -> bool:
 def _load_weights(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
     weights_path = checkpoint_dir / WEIGHTS_NAME
     if not weights_path.is_file():
-        raise ValueError(
-            f"{checkpoint_dir} has no {WEIGHTS_NAME} (sharded or .bin checkpoints are not supported)"
-        )
+        raise ValueError(f"{checkpoint_dir} has no {WEIGHTS_NAME} (sharded or .bin checkpoints are not supported)")
     try:
         return load_file(weights_path, device="cpu")
     except SafetensorError as error:
@@ -208,9 +206,7 @@ def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
         raise ValueError(f"no checkpoint-STEP folder with a {WEIGHTS_NAME} in run_dir {run_dir}")
     checkpoints.sort()
     if len(checkpoints) < n:
-        logger.warning(
-            "Asked for the last %d checkpoints of %s, but there are only %d", n, run_dir, len(checkpoints)
-        )
+        logger.warning("Asked for the last %d checkpoints of %s, but there are only %d", n, run_dir, len(checkpoints))
     return [path for _, path in checkpoints[-n:]]
 
 
@@ -221,9 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--output", required=True, type=Path, help="folder to write the averaged model to")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--inputs", nargs="+", type=Path, metavar="CKPT", help="checkpoint folders to average"
-    )
+    source.add_argument("--inputs", nargs="+", type=Path, metavar="CKPT", help="checkpoint folders to average")
     source.add_argument("--run-dir", type=Path, help="Trainer output dir whose last checkpoints are averaged")
     parser.add_argument(
         "--last", type=int, metavar="N", help="with --run-dir: how many checkpoints (paper: 5 base, 20 big)"

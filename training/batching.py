@@ -81,9 +81,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         negative = np.flatnonzero((source < 0) | (target < 0))
         if negative.size:
             index = int(negative[0])
-            raise ValueError(
-                f"example {index} has a negative length (source {source[index]}, target {target[index]})"
-            )
+            raise ValueError(f"example {index} has a negative length (source {source[index]}, target {target[index]})")
         # Cost of a batch is len * max over its examples of this key (fairseq's padded rule).
         self.lengths = np.maximum(source, target)
         too_long = np.flatnonzero(self.lengths > max_tokens)

@@ -176,9 +176,7 @@ def load_parallel_data(
             "test_file: name either a (Hub) dataset or local files"
         )
     if (source_column is None) != (target_column is None):
-        raise ValueError(
-            f"source_column={source_column!r} and target_column={target_column!r}: give both or neither"
-        )
+        raise ValueError(f"source_column={source_column!r} and target_column={target_column!r}: give both or neither")
 
     if dataset_name is not None:
         src, tgt = _require_langs(source_lang, target_lang, "dataset_name")
@@ -238,9 +236,7 @@ def _load_hub_dataset(
         dataset_name, dataset_config_name, cache_dir=None if cache_dir is None else str(cache_dir)
     )
     if not isinstance(loaded, DatasetDict):
-        raise ParallelDataError(
-            f"dataset {dataset_name!r} did not load as a DatasetDict (got {type(loaded).__name__})"
-        )
+        raise ParallelDataError(f"dataset {dataset_name!r} did not load as a DatasetDict (got {type(loaded).__name__})")
     where = dataset_name if dataset_config_name is None else f"{dataset_name} ({dataset_config_name})"
 
     result: dict[str, Dataset] = {}
@@ -265,9 +261,7 @@ def _load_hub_dataset(
         )
         skipped = len(converted) - len(kept)
         if skipped:
-            logger.warning(
-                "%s[%s]: skipped %d pairs with an empty or whitespace-only side", where, hub_split, skipped
-            )
+            logger.warning("%s[%s]: skipped %d pairs with an empty or whitespace-only side", where, hub_split, skipped)
         result[split] = kept
         stats[split] = SplitStats(split, (f"{where}[{hub_split}]",), len(kept), skipped)
     if not result:
@@ -284,12 +278,7 @@ def _canonical_split(name: str) -> str | None:
 
 def _nonblank_batch(batch: dict[str, list[Any]], source_lang: str, target_lang: str) -> list[bool]:
     return [
-        bool(
-            pair[source_lang]
-            and pair[source_lang].strip()
-            and pair[target_lang]
-            and pair[target_lang].strip()
-        )
+        bool(pair[source_lang] and pair[source_lang].strip() and pair[target_lang] and pair[target_lang].strip())
         for pair in batch["translation"]
     ]
 
@@ -412,9 +401,7 @@ def _load_local_files(
         pairs, skipped = spec.read(source_lang, target_lang)
         sources = tuple(str(p) for p in spec.paths)
         if skipped:
-            logger.warning(
-                "%s: skipped %d pairs with an empty or whitespace-only side", " + ".join(sources), skipped
-            )
+            logger.warning("%s: skipped %d pairs with an empty or whitespace-only side", " + ".join(sources), skipped)
         result[split] = Dataset.from_dict(
             {"translation": pairs}, features=_translation_features(source_lang, target_lang), split=split
         )
@@ -573,12 +560,8 @@ def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> tuple[list[di
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            hint = (
-                " (a JSON array is not supported: write one object per line)" if line.lstrip() == "[" else ""
-            )
-            raise ParallelDataError(
-                f"{path}:{lineno}: not valid JSON: {err.msg} at column {err.colno}{hint}"
-            ) from err
+            hint = " (a JSON array is not supported: write one object per line)" if line.lstrip() == "[" else ""
+            raise ParallelDataError(f"{path}:{lineno}: not valid JSON: {err.msg} at column {err.colno}{hint}") from err
         translation = record.get("translation") if isinstance(record, dict) else None
         if not isinstance(translation, dict):
             raise ParallelDataError(
@@ -615,8 +598,7 @@ def _read_tsv(path: Path, source_lang: str, target_lang: str) -> tuple[list[dict
         fields = line.split("\t")
         if len(fields) != 2:
             raise ParallelDataError(
-                f"{path}:{lineno}: expected 2 tab-separated fields ({source_lang}, {target_lang}), "
-                f"found {len(fields)}"
+                f"{path}:{lineno}: expected 2 tab-separated fields ({source_lang}, {target_lang}), found {len(fields)}"
             )
         stripped = [field.strip() for field in fields]
         if lineno == 1 and sorted(stripped) == sorted([source_lang, target_lang]):
@@ -658,7 +640,5 @@ def _load_toy_corpus(
             )
     sizes = {"num_train": num_train, "num_validation": num_validation, "num_test": num_test}
     dataset_dict = corpus_as_dataset_dict(**{k: v for k, v in sizes.items() if v is not None}, seed=seed)
-    stats = {
-        split: SplitStats(split, ("toy corpus",), len(dataset), 0) for split, dataset in dataset_dict.items()
-    }
+    stats = {split: SplitStats(split, ("toy corpus",), len(dataset), 0) for split, dataset in dataset_dict.items()}
     return dataset_dict, stats

@@ -52,7 +52,9 @@ def translate(
     batches = _length_sorted_batches(lengths, max_tokens, max_sentences)
     outputs: list = [None] * len(sentences)
     for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
-        features = [{"input_ids": encoded["input_ids"][i], "attention_mask": encoded["attention_mask"][i]} for i in batch]
+        features = [
+            {"input_ids": encoded["input_ids"][i], "attention_mask": encoded["attention_mask"][i]} for i in batch
+        ]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)
         generated = model.generate(**inputs, **generate_kwargs)
         texts = tokenizer.batch_decode(generated, skip_special_tokens=True)

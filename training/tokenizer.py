@@ -93,9 +93,7 @@ def train_joint_bpe(
     tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         if tokenizer.token_to_id(token) != expected_id:
-            raise RuntimeError(
-                f"special token {token!r} got id {tokenizer.token_to_id(token)}, expected {expected_id}"
-            )
+            raise RuntimeError(f"special token {token!r} got id {tokenizer.token_to_id(token)}, expected {expected_id}")
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}",
         pair=f"$A {EOS_TOKEN} $B:1 {EOS_TOKEN}:1",
@@ -116,9 +114,7 @@ def train_joint_bpe(
     )
 
 
-def _both_sides(
-    dataset: Dataset, source_lang: str, target_lang: str, batch_size: int = 1000
-) -> Iterator[str]:
+def _both_sides(dataset: Dataset, source_lang: str, target_lang: str, batch_size: int = 1000) -> Iterator[str]:
     for batch in dataset.iter(batch_size=batch_size):
         for pair in batch["translation"]:
             yield pair[source_lang]

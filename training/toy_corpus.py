@@ -626,9 +626,7 @@ def render_clause_en(clause: Clause, question: bool = False) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def render_noun_phrase_tt(
-    phrase: NounPhrase | Pronoun, case: str = "nom", negative: bool = False
-) -> list[str]:
+def render_noun_phrase_tt(phrase: NounPhrase | Pronoun, case: str = "nom", negative: bool = False) -> list[str]:
     """Target words: determiner, noun, then the adjective (English adj-noun becomes noun-adj).
 
     case is "nom", "acc" or "dat"; negative turns an indefinite article into the negative one (German
@@ -776,9 +774,7 @@ def _pick(rng: random.Random, table: tuple[tuple[str, ...], list[float]]) -> str
     return values[bisect.bisect(cumulative, rng.random() * cumulative[-1])]
 
 
-_SENTENCE_KINDS = _weights(
-    {"simple": 34, "sub_after": 20, "sub_first": 12, "that": 10, "coord": 12, "question": 12}
-)
+_SENTENCE_KINDS = _weights({"simple": 34, "sub_after": 20, "sub_first": 12, "that": 10, "coord": 12, "question": 12})
 _VALENCIES = _weights({"copula": 16, "i": 34, "t": 50})
 _DETERMINERS = _weights({"the": 50, "a": 22, "poss": 14, "num": 14})
 _NUMBERS_SMALL = tuple(range(2, 13))
@@ -810,9 +806,7 @@ def _pronouns_of_kinds(kinds: str, excluded: str | None = None) -> tuple[str, ..
     return tuple(key for key, forms in PRONOUNS.items() if forms.kind in kinds and key != excluded)
 
 
-_ADJECTIVES_BY_KIND = {
-    kind: tuple(a for a in ADJECTIVES if _kind_matches(kind, a.kinds)) for kind in "hafopr"
-}
+_ADJECTIVES_BY_KIND = {kind: tuple(a for a in ADJECTIVES if _kind_matches(kind, a.kinds)) for kind in "hafopr"}
 
 
 def _sample_noun_phrase(rng: random.Random, kinds: str, adjective_p: float = 0.35) -> NounPhrase:
@@ -929,9 +923,7 @@ def generate_corpus(
         "validation": pairs[num_test : num_test + num_validation],
         "train": pairs[num_test + num_validation :],
     }
-    logger.info(
-        "generated %d toy sentence pairs (%d draws) in %.2fs", total, draws, time.perf_counter() - start
-    )
+    logger.info("generated %d toy sentence pairs (%d draws) in %.2fs", total, draws, time.perf_counter() - start)
     return {split: corpus[split] for split in SPLITS}
 
 

@@ -377,10 +377,24 @@ def main(argv: list[str] | None = None) -> dict:
         "training_args": {
             key: getattr(training_args, key)
             for key in (
-                "learning_rate", "lr_scheduler_type", "warmup_steps", "adam_beta1", "adam_beta2", "adam_epsilon",
-                "label_smoothing_factor", "max_tokens", "per_device_train_batch_size", "gradient_accumulation_steps",
-                "num_train_epochs", "max_steps", "seed", "average_last_n", "length_penalty", "max_length_offset",
-                "generation_num_beams", "world_size",
+                "learning_rate",
+                "lr_scheduler_type",
+                "warmup_steps",
+                "adam_beta1",
+                "adam_beta2",
+                "adam_epsilon",
+                "label_smoothing_factor",
+                "max_tokens",
+                "per_device_train_batch_size",
+                "gradient_accumulation_steps",
+                "num_train_epochs",
+                "max_steps",
+                "seed",
+                "average_last_n",
+                "length_penalty",
+                "max_length_offset",
+                "generation_num_beams",
+                "world_size",
             )
         },  # fmt: skip
         "model_config": final_model.config.to_diff_dict(),

@@ -73,19 +73,14 @@ def _reference_streams(references: Sequence[str] | Sequence[Sequence[str]]) -> l
     Predictions with fewer references than the most are padded with None, which sacreBLEU documents as
     "no reference here" for a variable number of references.
     """
-    per_prediction = [
-        [reference] if isinstance(reference, str) else list(reference) for reference in references
-    ]
+    per_prediction = [[reference] if isinstance(reference, str) else list(reference) for reference in references]
     for index, refs in enumerate(per_prediction):
         if not refs:
             raise ValueError(f"prediction {index} has no reference")
         if not all(isinstance(reference, str) for reference in refs):
             raise TypeError(f"references of prediction {index} must be strings, got {refs!r}")
     num_streams = max(len(refs) for refs in per_prediction)
-    return [
-        [refs[stream] if stream < len(refs) else None for refs in per_prediction]
-        for stream in range(num_streams)
-    ]
+    return [[refs[stream] if stream < len(refs) else None for refs in per_prediction] for stream in range(num_streams)]
 
 
 def compute_translation_scores(
