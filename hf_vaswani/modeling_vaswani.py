@@ -699,8 +699,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             the Trainer; the loss is then sum / num_items_in_batch so gradient accumulation is exact.
         loss_only: the training shortcut: apply the output layer only where labels != -100 and return the loss with
             `logits=None`. Logits of padding positions are never scored, so computing them (a matmul with the whole
-            vocabulary and its softmax, forward and backward) is wasted; `VaswaniTrainer` asks for this in training
-            steps. Needs `labels`.
+            vocabulary and its softmax, forward and backward) is wasted; a training step needs only the loss.
+            Needs `labels`.
         """
         if loss_only and labels is None:
             raise ValueError("VaswaniForConditionalGeneration: loss_only=True needs labels (it returns only the loss)")
@@ -803,7 +803,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         Only the self-attention cache moves. The encoder-decoder keys and values of the beams of one source are
         copies of the same rows (generate() expands the encoder output per beam) and `beam_idx` only permutes
         beams within a source, so the stock reorder of that cache copies every row onto an identical one, each
-        step: a fifth of beam search's time on the CPU.
+        step: about a tenth of beam search's time on the CPU (benchmarks/README.md). Not in Marian.
         """
         if isinstance(past_key_values, EncoderDecoderCache):
             past_key_values.self_attention_cache.reorder_cache(beam_idx)

@@ -385,3 +385,19 @@ def test_forward_under_torch_compile():
 
 def test_tiny_config_helper_is_valid():
     assert tiny_config().d_model == 32
+
+
+def test_loss_only_gives_the_same_loss_and_gradients():
+    input_ids, labels = _batch(batch=3)
+    labels[0, 3:] = -100
+    full, short = tiny_model(), tiny_model()
+    full_out = full(input_ids=input_ids, labels=labels, label_smoothing=0.1)
+    short_out = short(input_ids=input_ids, labels=labels, label_smoothing=0.1, loss_only=True)
+    assert short_out.logits is None
+    torch.testing.assert_close(short_out.loss, full_out.loss)
+    full_out.loss.backward()
+    short_out.loss.backward()
+    for (name, a), (_, b) in zip(full.named_parameters(), short.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=name)
+    with pytest.raises(ValueError, match="loss_only=True needs labels"):
+        short(input_ids=input_ids, decoder_input_ids=labels.clamp(min=0), loss_only=True)

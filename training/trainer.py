@@ -196,8 +196,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
     # ---- loss ---------------------------------------------------------------------------------------------------
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.args.label_smoothing_factor and "labels" in inputs:
-            inputs = {**inputs, "label_smoothing": self.args.label_smoothing_factor}
+        if "labels" in inputs:
+            if self.args.label_smoothing_factor:
+                inputs = {**inputs, "label_smoothing": self.args.label_smoothing_factor}
+            if not return_outputs:  # a training step needs only the loss: no logits for padding positions
+                inputs = {**inputs, "loss_only": True}
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
