@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from training.translate import positive_int
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -381,13 +383,6 @@ def onnx_greedy_decode(
 # ---- command line ---------------------------------------------------------------------------------------------------
 
 
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return number
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m training.export",
@@ -406,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="a sentence for --check (repeatable; default: three built-in English sentences)",
     )
-    parser.add_argument("--max_new_tokens", type=_positive_int, default=32, help="decoding limit for --check")
+    parser.add_argument("--max_new_tokens", type=positive_int, default=32, help="decoding limit for --check")
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model folder's own code to run")
     return parser
 

@@ -52,7 +52,8 @@ def _head(value: str) -> int | str | None:
         raise argparse.ArgumentTypeError(f"{value!r} is not a head index, 'mean' or 'all'") from None
 
 
-def _positive_int(value: str) -> int:
+def positive_int(value: str) -> int:
+    """argparse type: an integer >= 1."""
     number = int(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--quiet", action="store_true", help="no progress bar")
 
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
-    decoding.add_argument("--num_beams", type=_positive_int, help="beam size (paper: 4)")
+    decoding.add_argument("--num_beams", type=positive_int, help="beam size (paper: 4)")
     decoding.add_argument("--length_penalty", type=float, metavar="ALPHA", help="GNMT length penalty (paper: 0.6)")
     modes = decoding.add_mutually_exclusive_group()
     modes.add_argument("--greedy", action="store_true", help="greedy search (num_beams=1)")
@@ -89,15 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     decoding.add_argument(
         "--num_return_sequences",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="print the N best beams (or N samples) of each sentence on its line, separated by tabs",
     )
 
     hardware = parser.add_argument_group("batching and hardware")
-    hardware.add_argument("--max_tokens", type=_positive_int, default=6000, help="source tokens per batch")
-    hardware.add_argument("--max_source_length", type=_positive_int, help="truncate sources to this many tokens")
+    hardware.add_argument("--max_tokens", type=positive_int, default=6000, help="source tokens per batch")
+    hardware.add_argument("--max_source_length", type=positive_int, help="truncate sources to this many tokens")
     hardware.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
     hardware.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: the dtype the weights were saved in")
     hardware.add_argument(
