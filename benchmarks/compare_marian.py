@@ -256,15 +256,9 @@ def token_batches(ids, max_tokens: int, count: int | None, seed: int) -> list[li
 
 
 def vaswani_config(args, tokenizer) -> VaswaniConfig:
-    values = json.loads((REPO_ROOT / "training" / "configs" / f"{args.preset}.json").read_text())
-    values.update(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-    )
-    return VaswaniConfig.from_dict(values)
+    from training.train import preset_config
+
+    return preset_config(args.preset, tokenizer)
 
 
 def marian_config(config: VaswaniConfig) -> MarianConfig:

@@ -73,6 +73,20 @@ def load_preset(preset: str) -> dict:
     return json.loads(path.read_text())
 
 
+def preset_config(preset: str, tokenizer, **overrides) -> hf_vaswani.VaswaniConfig:
+    """A preset's architecture with the tokenizer's vocabulary size and special ids (and any overrides)."""
+    values = load_preset(preset)
+    values.update(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        **overrides,
+    )
+    return hf_vaswani.VaswaniConfig.from_dict(values)
+
+
 def check_tokenizer_fits(tokenizer, config) -> None:
     """A vocabulary larger than the embedding would fail deep inside nn.Embedding; say so up front."""
     if len(tokenizer) > config.vocab_size:
@@ -99,22 +113,16 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         if model_args.dropout is not None:
             model.config.dropout = model_args.dropout
     else:
-        values = load_preset(model_args.preset)
-        values.update(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.bos_token_id,
+        config = preset_config(
+            model_args.preset,
+            tokenizer,
             max_position_embeddings=max(
-                values.get("max_position_embeddings", 1024),
+                load_preset(model_args.preset).get("max_position_embeddings", 1024),
                 data_args.max_source_length,
                 data_args.max_target_length + 1,
             ),
+            **({"dropout": model_args.dropout} if model_args.dropout is not None else {}),
         )
-        if model_args.dropout is not None:
-            values["dropout"] = model_args.dropout
-        config = hf_vaswani.VaswaniConfig.from_dict(values)
         model = hf_vaswani.VaswaniForConditionalGeneration._from_config(
             config, attn_implementation=model_args.attn_implementation
         )
