@@ -15,8 +15,15 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
-from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+from transformers.generation import GenerationMixin, logits_process
+from transformers.generation.stopping_criteria import (
+    EosTokenCriteria,
+    MaxLengthCriteria,
+    MaxTimeCriteria,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    StopStringCriteria,
+)
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -634,6 +641,38 @@ class _SourceLengthStoppingCriteria(StoppingCriteria):
         limits = self.max_new_tokens_per_row.to(input_ids.device).repeat_interleave(copies)
         return (input_ids.shape[1] - self.prompt_length) >= limits
 
+    def select_rows(self, rows: torch.LongTensor, batch_size: int) -> "_SourceLengthStoppingCriteria":
+        """The criterion for `rows` of a batch of `batch_size` rows (copies included), in that order."""
+        copies = batch_size // self.max_new_tokens_per_row.shape[0]
+        limits = self.max_new_tokens_per_row.to(rows.device).repeat_interleave(copies)
+        return _SourceLengthStoppingCriteria(limits[rows], self.prompt_length)
+
+
+# What greedy decoding may hold while it drops finished rows: logits processors and stopping criteria that look at
+# each row alone (a row's result depends only on its own tokens and the step), and the generate() inputs it compacts.
+_ROW_WISE_LOGITS_PROCESSORS = (
+    logits_process.MinLengthLogitsProcessor,
+    logits_process.MinNewTokensLengthLogitsProcessor,
+    logits_process.RepetitionPenaltyLogitsProcessor,
+    logits_process.NoRepeatNGramLogitsProcessor,
+    logits_process.SequenceBiasLogitsProcessor,  # NoBadWordsLogitsProcessor too
+    logits_process.ForcedBOSTokenLogitsProcessor,
+    logits_process.ForcedEOSTokenLogitsProcessor,
+    logits_process.SuppressTokensLogitsProcessor,
+    logits_process.SuppressTokensAtBeginLogitsProcessor,
+    logits_process.InfNanRemoveLogitsProcessor,
+    logits_process.ExponentialDecayLengthPenalty,
+    logits_process.LogitNormalization,
+)
+_ROW_WISE_STOPPING_CRITERIA = (EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria)
+_ROW_DROPPING_MODEL_KWARGS = {
+    "attention_mask",
+    "decoder_attention_mask",
+    "encoder_outputs",
+    "past_key_values",
+    "use_cache",
+}
+
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """The Transformer with its pre-softmax linear transformation, which shares the embedding matrix (§3.4)."""
@@ -655,6 +694,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping="never")
         self.generation_config.length_penalty_type = "gnmt"
         self.generation_config.max_length_offset = 50
+        # Greedy decoding stops computing rows that have finished (see _sample); set False for the stock loop.
+        self.generation_config.drop_finished_rows = True
         # Not derived from the model config any more: without this, loading the saved file drops the two entries.
         self.generation_config._from_model_config = False
 
@@ -796,6 +837,129 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if self.config.pad_token_id is None:
             return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
         return (input_ids != self.config.pad_token_id).sum(-1)
+
+    def _sample(
+        self,
+        input_ids: torch.LongTensor,
+        logits_processor,
+        stopping_criteria: StoppingCriteriaList,
+        generation_config,
+        synced_gpus: bool = False,
+        streamer=None,
+        **model_kwargs,
+    ):
+        """Greedy decoding that stops computing a row once it has finished. Not in Marian.
+
+        The stock loop (`GenerationMixin._sample`) runs the decoder on every row of the batch until the last row
+        ends, and pads the finished ones; on Multi30K batches of 64 only about a quarter of those decoder rows
+        produce a token (benchmarks/README.md). Here, each step that finishes rows removes them from the batch:
+        the caches, the encoder output and the masks keep only the rows still running, and the output is written
+        into a padded (batch, length) tensor exactly as the stock loop returns it. Same tokens, less work.
+
+        Used for greedy search when every logits processor and stopping criterion looks at each row alone and
+        nothing per step is returned (scores, attentions, a streamer, the cache); otherwise, and with
+        `drop_finished_rows=False`, the stock loop runs.
+        """
+        if not self._can_drop_finished_rows(
+            logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
+        ):
+            return super()._sample(
+                input_ids,
+                logits_processor,
+                stopping_criteria,
+                generation_config,
+                synced_gpus=synced_gpus,
+                streamer=streamer,
+                **model_kwargs,
+            )
+
+        batch_size, prompt_length = input_ids.shape
+        max_length = stopping_criteria.max_length
+        pad_token_id = int(generation_config._pad_token_tensor)
+        sequences = input_ids.new_full((batch_size, max_length), pad_token_id)  # every row; cut to length at the end
+        sequences[:, :prompt_length] = input_ids
+        rows = torch.arange(batch_size, device=input_ids.device)  # the rows of `sequences` still running
+        criteria = self._select_stopping_criteria(stopping_criteria, rows, batch_size)
+
+        outputs = self._prefill(input_ids, generation_config, model_kwargs)
+        cur_len = prompt_length
+        while True:
+            model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
+            next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
+            del outputs
+            next_tokens = logits_processor(input_ids, next_token_logits).argmax(dim=-1)
+            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)  # (running rows, cur_len + 1)
+            sequences[rows, cur_len] = next_tokens
+            cur_len += 1
+
+            finished = criteria(input_ids, None)
+            if bool(finished.all()):
+                break
+            if bool(finished.any()):
+                keep = (~finished).nonzero().squeeze(1)
+                rows, input_ids = rows[keep], input_ids[keep]
+                model_kwargs = self._select_model_kwargs_rows(model_kwargs, keep)
+                criteria = self._select_stopping_criteria(criteria, keep, finished.shape[0])
+
+            model_inputs = self.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
+            outputs = self(**model_inputs, return_dict=True)
+        return sequences[:, :cur_len]
+
+    def _can_drop_finished_rows(
+        self, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
+    ) -> bool:
+        cache = model_kwargs.get("past_key_values")
+        return (
+            getattr(generation_config, "drop_finished_rows", True)
+            and not generation_config.do_sample
+            and not generation_config.return_dict_in_generate
+            and not generation_config.is_assistant
+            and generation_config._pad_token_tensor is not None
+            and not synced_gpus
+            and streamer is None
+            and model_kwargs.get("use_cache", True)
+            and set(model_kwargs) <= _ROW_DROPPING_MODEL_KWARGS
+            and isinstance(cache, EncoderDecoderCache)
+            and isinstance(cache.self_attention_cache, DynamicCache)
+            and isinstance(cache.cross_attention_cache, DynamicCache)
+            and not self._valid_auto_compile_criteria(model_kwargs, generation_config)
+            and stopping_criteria.max_length is not None
+            # Without an EOS criterion the stock loop keeps extending rows that other criteria finished.
+            and any(isinstance(criterion, EosTokenCriteria) for criterion in stopping_criteria)
+            and all(
+                isinstance(criterion, (*_ROW_WISE_STOPPING_CRITERIA, _SourceLengthStoppingCriteria))
+                for criterion in stopping_criteria
+            )
+            and all(isinstance(processor, _ROW_WISE_LOGITS_PROCESSORS) for processor in logits_processor)
+        )
+
+    @staticmethod
+    def _select_stopping_criteria(
+        stopping_criteria: StoppingCriteriaList, rows: torch.LongTensor, batch_size: int
+    ) -> StoppingCriteriaList:
+        return StoppingCriteriaList(
+            criterion.select_rows(rows, batch_size)
+            if isinstance(criterion, _SourceLengthStoppingCriteria)
+            else criterion
+            for criterion in stopping_criteria
+        )
+
+    @staticmethod
+    def _select_model_kwargs_rows(model_kwargs: dict, rows: torch.LongTensor) -> dict:
+        """generate()'s per-row inputs, keeping only `rows` (in that order)."""
+        selected = dict(model_kwargs)
+        for key in ("attention_mask", "decoder_attention_mask"):
+            if selected.get(key) is not None:
+                selected[key] = selected[key][rows]
+        encoder_outputs = selected["encoder_outputs"]
+        selected["encoder_outputs"] = type(encoder_outputs)(
+            **{
+                name: tuple(tensor[rows] for tensor in value) if isinstance(value, tuple) else value[rows]
+                for name, value in encoder_outputs.items()
+            }
+        )
+        selected["past_key_values"].batch_select_indices(rows)
+        return selected
 
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search's hook for keeping the cache rows of the surviving hypotheses (`GenerationMixin._beam_search`).

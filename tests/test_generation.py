@@ -286,3 +286,70 @@ def test_beam_search_with_self_attention_only_reordering_equals_the_stock_reorde
     stock = trained.generate(input_ids, output_scores=True, return_dict_in_generate=True, **kwargs)
     assert torch.equal(ours.sequences, stock.sequences)
     torch.testing.assert_close(ours.sequences_scores, stock.sequences_scores)
+
+
+# ---- greedy decoding drops finished rows ----------------------------------------------------------------------------
+
+
+def _decoder_rows_computed(model, **generate_kwargs):
+    """generate()'s output and how many decoder rows (batch size summed over decoder calls) it computed."""
+    rows = []
+    handle = model.model.decoder.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        output = model.generate(**generate_kwargs)
+    finally:
+        handle.remove()
+    return output, sum(rows)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"max_length_offset": 1, "suppress_tokens": [EOS]},  # only the per-row length limit ends rows
+        {"repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_new_tokens": 2},
+        {"max_new_tokens": 4},
+    ],
+)
+def test_greedy_dropping_finished_rows_equals_the_stock_loop(trained, attn_implementation, settings):
+    trained.set_attn_implementation(attn_implementation)
+    input_ids, attention_mask, _ = _copy_batch(24, torch.Generator().manual_seed(2))
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, **settings)
+    kwargs.setdefault("max_new_tokens", 12)
+    dropped, dropped_rows = _decoder_rows_computed(trained, **kwargs)
+    stock, stock_rows = _decoder_rows_computed(trained, drop_finished_rows=False, **kwargs)
+    trained.set_attn_implementation("sdpa")
+    assert torch.equal(dropped, stock)
+    # The stock loop computes every row at every step; rows end at different steps here, so dropping computes fewer.
+    assert stock_rows == input_ids.shape[0] * (stock.shape[1] - 1)
+    assert (stock[:, -1] == PAD).any() and dropped_rows < stock_rows
+
+
+@torch.no_grad()
+def test_greedy_output_of_each_row_is_its_own_when_rows_are_dropped(trained):
+    """A batch whose rows finish at different steps equals each row decoded alone (left padding too)."""
+    input_ids, attention_mask = _sources(lengths=(6, 3, 5, 2, 7), seed=3)
+    batch = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_length_offset=3)
+    for row in range(input_ids.shape[0]):
+        length = int(attention_mask[row].sum())
+        alone = trained.generate(input_ids[row : row + 1, :length], num_beams=1, max_length_offset=3)
+        assert batch[row, : alone.shape[1]].tolist() == alone[0].tolist()
+        assert (batch[row, alone.shape[1] :] == PAD).all()
+
+
+@torch.no_grad()
+def test_stock_loop_runs_where_rows_cannot_be_dropped(trained):
+    """Per-step outputs (scores here) need every row at every step: the stock loop runs, with the same tokens."""
+    input_ids, attention_mask, _ = _copy_batch(16, torch.Generator().manual_seed(4))
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=12)
+    plain, plain_rows = _decoder_rows_computed(trained, **kwargs)
+    with_scores, scored_rows = _decoder_rows_computed(
+        trained, output_scores=True, return_dict_in_generate=True, **kwargs
+    )
+    assert torch.equal(plain, with_scores.sequences)
+    assert len(with_scores.scores) == with_scores.sequences.shape[1] - 1
+    assert scored_rows == input_ids.shape[0] * len(with_scores.scores) > plain_rows
