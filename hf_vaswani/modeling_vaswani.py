@@ -975,13 +975,161 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             past_key_values.reorder_cache(beam_idx)
         return past_key_values
 
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **kw):
+    def _beam_search(
+        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
+    ):
+        """Beam search as `GenerationMixin._beam_search`, with the GNMT length penalty when asked for, and without
+        computing the beams of sources whose search is over. Not in Marian.
+
+        A source's search is over once the stock early-stopping test says none of its running beams can beat its
+        finished hypotheses (or, with `early_stopping=True`, once it has `num_beams` of them): from then on the
+        stock loop still runs its beams through the decoder each step but discards what they produce. Here its
+        rows leave the batch (caches, encoder output, masks and the beam state are compacted) and its finished
+        hypotheses are kept aside. Same outputs as the stock loop; under the same conditions as in `_sample`
+        (plain beam search, nothing returned per step); otherwise, and with `drop_finished_rows=False`, the stock
+        loop runs.
+        """
         # `generation_config` is generate()'s private copy, so marking its length penalty here touches nothing else.
         if getattr(generation_config, "length_penalty_type", None) == "gnmt":
             generation_config.length_penalty = GNMTLengthPenalty(generation_config.length_penalty)
-        return super()._beam_search(
-            input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=synced_gpus, **kw
+        if not self._can_drop_finished_rows(
+            logits_processor, stopping_criteria, generation_config, synced_gpus, None, model_kwargs
+        ):
+            return super()._beam_search(
+                input_ids,
+                logits_processor,
+                stopping_criteria,
+                generation_config,
+                synced_gpus=synced_gpus,
+                **model_kwargs,
+            )
+
+        num_beams = generation_config.num_beams
+        num_return_sequences = generation_config.num_return_sequences
+        early_stopping = generation_config.early_stopping
+        length_penalty = generation_config.length_penalty
+        max_length = generation_config.max_length
+        pad_token_id = generation_config._pad_token_tensor
+        eos_token_id = generation_config._eos_token_tensor
+        device = input_ids.device
+        num_rows, prompt_length = input_ids.shape
+        num_sources = num_rows // num_beams
+        # As the stock loop: 2 candidates per beam (more with several EOS ids), the first num_beams of them may finish.
+        beams_to_keep = max(2, 1 + eos_token_id.shape[0]) * num_beams
+        top_num_beam_mask = torch.arange(beams_to_keep, device=device) < num_beams
+        fill_value = pad_token_id if pad_token_id else eos_token_id[0]
+
+        # The beam state of the sources still searching, (sources, beams, ...), in the stock loop's layout.
+        running_sequences = torch.full((num_sources, num_beams, max_length), int(fill_value), device=device)
+        running_sequences[:, :, :prompt_length] = input_ids.view(num_sources, num_beams, prompt_length)
+        sequences = running_sequences.clone()
+        running_beam_scores = torch.zeros((num_sources, num_beams), device=device)
+        running_beam_scores[:, 1:] = -1.0e9
+        beam_scores = torch.full((num_sources, num_beams), -1.0e9, device=device)
+        is_sent_finished = torch.zeros((num_sources, num_beams), dtype=torch.bool, device=device)
+        is_searching = torch.ones((num_sources, 1), dtype=torch.bool, device=device)
+        running_beam_indices = torch.full(
+            (num_sources, num_beams, max_length - prompt_length), -1, dtype=torch.int32, device=device
         )
+        beam_indices = running_beam_indices.clone()
+        sources = torch.arange(num_sources, device=device)  # which source each row of the state belongs to
+        criteria = self._select_stopping_criteria(stopping_criteria, sources, num_sources)
+        # The returned hypotheses of every source and their generated lengths, filled in as sources finish.
+        results = torch.full((num_sources, num_return_sequences, max_length), int(fill_value), device=device)
+        result_lengths = torch.zeros((num_sources, num_return_sequences), dtype=torch.long, device=device)
+
+        def set_aside(done: torch.Tensor) -> None:
+            results[sources[done]] = sequences[done, :num_return_sequences]
+            result_lengths[sources[done]] = (beam_indices[done, :num_return_sequences] != -1).sum(-1).long()
+
+        outputs = self._prefill(input_ids, generation_config, model_kwargs)
+        flat_running_sequences = input_ids
+        cur_len = prompt_length
+        while True:
+            model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
+            logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+            del outputs
+            log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
+            batch_size = sources.shape[0]
+            log_probs = log_probs.view(batch_size, num_beams, -1) + running_beam_scores[:, :, None]
+            topk_log_probs, topk_running_sequences, topk_running_beam_indices = self._get_top_k_continuations(
+                accumulated_log_probs=log_probs.view(batch_size, -1),
+                running_sequences=running_sequences,
+                running_beam_indices=running_beam_indices,
+                cur_len=cur_len,
+                decoder_prompt_len=prompt_length,
+                do_sample=False,
+                beams_to_keep=beams_to_keep,
+                num_beams=num_beams,
+                batch_size=batch_size,
+            )
+            hits_stopping_criteria = criteria(topk_running_sequences[:, :, : cur_len + 1].flatten(0, 1), None)
+            hits_stopping_criteria = hits_stopping_criteria.view(batch_size, beams_to_keep)
+            running_sequences, running_beam_scores, running_beam_indices = self._get_running_beams_for_next_iteration(
+                topk_log_probs=topk_log_probs,
+                topk_running_sequences=topk_running_sequences,
+                topk_running_beam_indices=topk_running_beam_indices,
+                next_token_hits_stopping_criteria=hits_stopping_criteria,
+                num_beams=num_beams,
+            )
+            sequences, beam_scores, beam_indices, is_sent_finished = self._update_finished_beams(
+                sequences=sequences,
+                topk_running_sequences=topk_running_sequences,
+                beam_scores=beam_scores,
+                topk_log_probs=topk_log_probs,
+                beam_indices=beam_indices,
+                topk_running_beam_indices=topk_running_beam_indices,
+                is_early_stop_heuristic_unsatisfied=is_searching,
+                is_sent_finished=is_sent_finished,
+                next_token_hits_stopping_criteria=hits_stopping_criteria,
+                top_num_beam_mask=top_num_beam_mask,
+                num_beams=num_beams,
+                cur_len=cur_len,
+                decoder_prompt_len=prompt_length,
+                length_penalty=length_penalty,
+                early_stopping=early_stopping,
+            )
+            beam_idx = running_beam_indices[..., cur_len - prompt_length].flatten()
+            model_kwargs["past_key_values"] = self._reorder_cache(model_kwargs["past_key_values"], beam_idx)
+            cur_len += 1
+            is_searching = self._check_early_stop_heuristic(
+                is_early_stop_heuristic_unsatisfied=is_searching,
+                running_beam_scores=running_beam_scores,
+                beam_scores=beam_scores,
+                is_sent_finished=is_sent_finished,
+                cur_len=cur_len,
+                max_length=max_length,
+                decoder_prompt_len=prompt_length,
+                early_stopping=early_stopping,
+                length_penalty=length_penalty,
+            )
+            if not self._beam_search_has_unfinished_sequences(
+                is_searching, is_sent_finished, hits_stopping_criteria, early_stopping
+            ):
+                break
+            # The sources whose later candidates the stock loop would discard (see _update_finished_beams).
+            done = ~is_searching[:, 0]
+            if early_stopping is True:
+                done |= is_sent_finished.all(-1)
+            if bool(done.any()):
+                set_aside(done)
+                keep = (~done).nonzero().squeeze(1)
+                rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).flatten()
+                model_kwargs = self._select_model_kwargs_rows(model_kwargs, rows)
+                criteria = self._select_stopping_criteria(criteria, keep, batch_size)
+                sources, is_searching, is_sent_finished = sources[keep], is_searching[keep], is_sent_finished[keep]
+                running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
+                running_beam_indices, sequences = running_beam_indices[keep], sequences[keep]
+                beam_scores, beam_indices = beam_scores[keep], beam_indices[keep]
+
+            flat_running_sequences = running_sequences[:, :, :cur_len].flatten(0, 1)
+            model_inputs = self.prepare_inputs_for_generation(
+                flat_running_sequences, next_sequence_length=1, **model_kwargs
+            )
+            outputs = self(**model_inputs, return_dict=True)
+
+        set_aside(torch.ones_like(sources, dtype=torch.bool))
+        return results.flatten(0, 1)[:, : prompt_length + int(result_lengths.max())]
 
     def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
         if isinstance(length_penalty, GNMTLengthPenalty):

@@ -1,8 +1,11 @@
 """Property-based fuzzing: random tiny configs, batches, padding and decoding settings.
 
 Whatever hypothesis draws, forward and generate must not crash or produce NaN/inf logits, cached greedy decoding
-must pick the tokens uncached decoding picks, and incremental decoding must give the full forward's logits.
+must pick the tokens uncached decoding picks, incremental decoding must give the full forward's logits, and
+decoding that drops finished rows must give the stock loop's tokens. FUZZ_EXAMPLES=500 runs a longer search.
 """
+
+import os
 
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +15,12 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 
 BOS, PAD, EOS = 0, 1, 2  # VaswaniConfig's defaults (fairseq's layout)
-FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
 
 
 @st.composite
@@ -195,3 +203,18 @@ def test_cached_and_uncached_greedy_decoding_pick_the_same_tokens(case, max_new_
         row, position = divergence
         top2 = cached.logits[position - 1][row].topk(2).values
         assert top2[0] - top2[1] < 1e-4, f"row {row} differs at token {position} without a tie: {top2.tolist()}"
+
+
+@FUZZ
+@given(case=cases(), generation=generation_settings(), eos_bias=st.floats(0.0, 3.0))
+@torch.no_grad()
+def test_dropping_finished_rows_gives_the_stock_loops_tokens(case, generation, eos_bias):
+    """Greedy and beam search compute only rows still running (finished ones leave the batch); the tokens must be
+    those of Hugging Face's loop, which runs every row to the end. A bias on EOS makes rows end at different steps."""
+    model, input_ids, attention_mask = case
+    if generation["do_sample"]:
+        generation.update(do_sample=False, num_return_sequences=1)
+    kwargs = dict(attention_mask=attention_mask, sequence_bias={(EOS,): eos_bias}, **generation)
+    dropped = model.generate(input_ids, **kwargs)
+    stock = model.generate(input_ids, drop_finished_rows=False, **kwargs)
+    assert torch.equal(dropped, stock)

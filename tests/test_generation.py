@@ -353,3 +353,23 @@ def test_stock_loop_runs_where_rows_cannot_be_dropped(trained):
     assert torch.equal(plain, with_scores.sequences)
     assert len(with_scores.scores) == with_scores.sequences.shape[1] - 1
     assert scored_rows == input_ids.shape[0] * len(with_scores.scores) > plain_rows
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # the paper's: GNMT penalty, early_stopping="never", source length + 50
+        {"early_stopping": True, "num_return_sequences": 3},
+        {"early_stopping": False, "length_penalty_type": None, "length_penalty": -0.5, "repetition_penalty": 1.5},
+        {"max_length_offset": 1, "suppress_tokens": [EOS]},  # only the per-row length limit ends sources
+    ],
+)
+def test_beam_search_dropping_finished_sources_equals_the_stock_loop(trained, settings):
+    input_ids, attention_mask, _ = _copy_batch(24, torch.Generator().manual_seed(2))
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, max_new_tokens=12, **settings)
+    dropped, dropped_rows = _decoder_rows_computed(trained, **kwargs)
+    stock, stock_rows = _decoder_rows_computed(trained, drop_finished_rows=False, **kwargs)
+    assert torch.equal(dropped, stock)
+    assert stock_rows % (input_ids.shape[0] * 4) == 0  # the stock loop runs every beam of every source each step
+    assert dropped_rows < stock_rows
