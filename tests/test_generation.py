@@ -175,6 +175,7 @@ def test_default_generation_config_is_the_papers(model):
     config = model.generation_config
     assert config.num_beams == 4 and config.length_penalty == 0.6
     assert config.length_penalty_type == "gnmt" and config.max_length_offset == 50
+    assert config.drop_finished_rows is True
 
 
 @torch.no_grad()
