@@ -914,11 +914,13 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             and not generation_config.do_sample
             and not generation_config.return_dict_in_generate
             and not generation_config.is_assistant
+            and not getattr(generation_config, "low_memory", False)  # the stock beam search rejects it
             and generation_config._pad_token_tensor is not None
             and not synced_gpus
             and streamer is None
             and model_kwargs.get("use_cache", True)
             and set(model_kwargs) <= _ROW_DROPPING_MODEL_KWARGS
+            and isinstance(model_kwargs.get("encoder_outputs"), BaseModelOutput)
             and isinstance(cache, EncoderDecoderCache)
             and isinstance(cache.self_attention_cache, DynamicCache)
             and isinstance(cache.cross_attention_cache, DynamicCache)
