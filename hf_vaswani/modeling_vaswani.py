@@ -893,9 +893,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             cur_len += 1
 
             finished = criteria(input_ids, None)
-            if bool(finished.all()):
+            num_finished = int(finished.sum())  # the one host-device synchronisation of a step, as in the stock loop
+            if num_finished == finished.shape[0]:
                 break
-            if bool(finished.any()):
+            if num_finished > 0:
                 keep = (~finished).nonzero().squeeze(1)
                 rows, input_ids = rows[keep], input_ids[keep]
                 model_kwargs = self._select_model_kwargs_rows(model_kwargs, keep)
