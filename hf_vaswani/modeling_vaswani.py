@@ -887,7 +887,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
             next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
             del outputs
-            next_tokens = logits_processor(input_ids, next_token_logits).argmax(dim=-1)
+            # max(...).indices is argmax (both documented to return the first of tied maxima), faster on the CPU
+            next_tokens = logits_processor(input_ids, next_token_logits).max(dim=-1).indices
             input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)  # (running rows, cur_len + 1)
             sequences[rows, cur_len] = next_tokens
             cur_len += 1
