@@ -232,3 +232,13 @@ def _batch_count(max_tokens: int) -> int:
     train = tokenize_splits(raw, tokenizer, data_args, "en", "tt", lambda desc: contextlib.nullcontext())["train"]
     lengths = ([len(ids) for ids in train["input_ids"]], [len(ids) for ids in train["labels"]])
     return len(TokenBatchSampler(*lengths, max_tokens=max_tokens, num_replicas=1, rank=0))
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "training" / "recipes").glob("*.json")), ids=lambda p: p.name)
+def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
+    from training.train import load_preset
+
+    model_args, data_args, training_args = parse_arguments([str(recipe)])
+    assert load_preset(model_args.preset)["d_model"] > 0
+    assert training_args.output_dir.startswith("outputs/")
+    assert training_args.average_last_n <= training_args.save_total_limit
