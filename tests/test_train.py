@@ -33,7 +33,8 @@ TINY = [
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("run")
-    results = main([*TINY, "--output_dir", str(output_dir), "--max_steps", "9", "--average_last_n", "3"])
+    evaluation = ["--eval_strategy", "steps", "--eval_steps", "6", "--max_eval_samples", "8"]
+    results = main([*TINY, *evaluation, "--output_dir", str(output_dir), "--max_steps", "9", "--average_last_n", "3"])
     return output_dir, results
 
 
@@ -49,6 +50,11 @@ def test_output_folder_is_complete_and_loads(finished_run):
     generation = json.loads((output_dir / "generation_config.json").read_text())
     assert generation["num_beams"] == 4 and generation["length_penalty"] == 0.6
     assert generation["length_penalty_type"] == "gnmt" and generation["max_length_offset"] == 5
+    # An evaluation ran during training (step 6); the stock Seq2SeqTrainer would have written every global default
+    # (max_length=20, top_k=50, ...) into the model's generation config, and so into this file.
+    log_history = json.loads((output_dir / "checkpoint-9" / "trainer_state.json").read_text())["log_history"]
+    assert any("eval_bleu" in entry for entry in log_history)
+    assert "max_length" not in generation and "top_k" not in generation
     assert results["train_steps"] == 9
     assert {"bleu", "chrf", "bleu_signature"} <= set(results["test"])
     assert "tok:13a" in results["test"]["bleu_signature"]
