@@ -641,14 +641,13 @@ class _SourceLengthStoppingCriteria(StoppingCriteria):
         limits = self.max_new_tokens_per_row.to(input_ids.device).repeat_interleave(copies)
         return (input_ids.shape[1] - self.prompt_length) >= limits
 
-    def select_rows(self, rows: torch.LongTensor, batch_size: int) -> "_SourceLengthStoppingCriteria":
-        """The criterion for `rows` of a batch of `batch_size` rows (copies included), in that order."""
-        copies = batch_size // self.max_new_tokens_per_row.shape[0]
-        limits = self.max_new_tokens_per_row.to(rows.device).repeat_interleave(copies)
-        return _SourceLengthStoppingCriteria(limits[rows], self.prompt_length)
+    def select_sources(self, sources: torch.LongTensor) -> "_SourceLengthStoppingCriteria":
+        """The criterion for the batch that keeps only `sources` (indices into this one's sources), in that order."""
+        limits = self.max_new_tokens_per_row.to(sources.device)[sources]
+        return _SourceLengthStoppingCriteria(limits, self.prompt_length)
 
 
-# What greedy decoding may hold while it drops finished rows: logits processors and stopping criteria that look at
+# What greedy and beam search may hold while they drop finished rows: logits processors and stopping criteria that look at
 # each row alone (a row's result depends only on its own tokens and the step), and the generate() inputs it compacts.
 _ROW_WISE_LOGITS_PROCESSORS = (
     logits_process.MinLengthLogitsProcessor,
@@ -694,7 +693,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping="never")
         self.generation_config.length_penalty_type = "gnmt"
         self.generation_config.max_length_offset = 50
-        # Greedy decoding stops computing rows that have finished (see _sample); set False for the stock loop.
+        # Greedy and beam search stop computing rows that have finished (_sample, _beam_search); False: the stock loops.
         self.generation_config.drop_finished_rows = True
         # Not derived from the model config any more: without this, loading the saved file drops the two entries.
         self.generation_config._from_model_config = False
@@ -879,7 +878,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         sequences = input_ids.new_full((batch_size, max_length), pad_token_id)  # every row; cut to length at the end
         sequences[:, :prompt_length] = input_ids
         rows = torch.arange(batch_size, device=input_ids.device)  # the rows of `sequences` still running
-        criteria = self._select_stopping_criteria(stopping_criteria, rows, batch_size)
+        criteria = stopping_criteria  # greedy search has one row per source (no num_return_sequences)
 
         outputs = self._prefill(input_ids, generation_config, model_kwargs)
         cur_len = prompt_length
@@ -901,7 +900,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
                 keep = (~finished).nonzero().squeeze(1)
                 rows, input_ids = rows[keep], input_ids[keep]
                 model_kwargs = self._select_model_kwargs_rows(model_kwargs, keep)
-                criteria = self._select_stopping_criteria(criteria, keep, finished.shape[0])
+                criteria = self._select_stopping_criteria(criteria, keep)
 
             model_inputs = self.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
             outputs = self(**model_inputs, return_dict=True)
@@ -938,13 +937,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         )
 
     @staticmethod
-    def _select_stopping_criteria(
-        stopping_criteria: StoppingCriteriaList, rows: torch.LongTensor, batch_size: int
-    ) -> StoppingCriteriaList:
+    def _select_stopping_criteria(stopping_criteria: StoppingCriteriaList, sources: torch.LongTensor):
+        """The criteria for the batch that keeps only `sources`: the per-source length limits follow them."""
         return StoppingCriteriaList(
-            criterion.select_rows(rows, batch_size)
-            if isinstance(criterion, _SourceLengthStoppingCriteria)
-            else criterion
+            criterion.select_sources(sources) if isinstance(criterion, _SourceLengthStoppingCriteria) else criterion
             for criterion in stopping_criteria
         )
 
@@ -1037,7 +1033,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         )
         beam_indices = running_beam_indices.clone()
         sources = torch.arange(num_sources, device=device)  # which source each row of the state belongs to
-        criteria = self._select_stopping_criteria(stopping_criteria, sources, num_sources)
+        criteria = stopping_criteria
         # The returned hypotheses of every source and their generated lengths, filled in as sources finish.
         results = torch.full((num_sources, num_return_sequences, max_length), int(fill_value), device=device)
         result_lengths = torch.zeros((num_sources, num_return_sequences), dtype=torch.long, device=device)
@@ -1120,7 +1116,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
                 keep = (~done).nonzero().squeeze(1)
                 rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).flatten()
                 model_kwargs = self._select_model_kwargs_rows(model_kwargs, rows)
-                criteria = self._select_stopping_criteria(criteria, keep, batch_size)
+                criteria = self._select_stopping_criteria(criteria, keep)
                 sources, is_searching, is_sent_finished = sources[keep], is_searching[keep], is_sent_finished[keep]
                 running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
                 running_beam_indices, sequences = running_beam_indices[keep], sequences[keep]

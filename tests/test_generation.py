@@ -289,7 +289,7 @@ def test_beam_search_with_self_attention_only_reordering_equals_the_stock_reorde
     torch.testing.assert_close(ours.sequences_scores, stock.sequences_scores)
 
 
-# ---- greedy decoding drops finished rows ----------------------------------------------------------------------------
+# ---- greedy and beam search drop finished rows ---------------------------------------------------------------------
 
 
 def _decoder_rows_computed(model, **generate_kwargs):
