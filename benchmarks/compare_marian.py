@@ -83,11 +83,11 @@ from transformers import (  # noqa: E402
 
 import hf_vaswani  # noqa: E402
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, sinusoidal_position_encoding  # noqa: E402
-from training.arguments import VaswaniTrainingArguments  # noqa: E402
-from training.batching import TokenBatchSampler  # noqa: E402
-from training.data import load_parallel_data  # noqa: E402
-from training.tokenizer import train_joint_bpe  # noqa: E402
-from training.trainer import VaswaniTrainer  # noqa: E402
+from hf_vaswani_training.arguments import VaswaniTrainingArguments  # noqa: E402
+from hf_vaswani_training.batching import TokenBatchSampler  # noqa: E402
+from hf_vaswani_training.data import load_parallel_data  # noqa: E402
+from hf_vaswani_training.tokenizer import train_joint_bpe  # noqa: E402
+from hf_vaswani_training.trainer import VaswaniTrainer  # noqa: E402
 
 logger = logging.getLogger("compare_marian")
 
@@ -256,7 +256,7 @@ def token_batches(ids, max_tokens: int, count: int | None, seed: int) -> list[li
 
 
 def vaswani_config(args, tokenizer) -> VaswaniConfig:
-    from training.train import preset_config
+    from hf_vaswani_training.train import preset_config
 
     return preset_config(args.preset, tokenizer)
 
@@ -782,7 +782,7 @@ def strip(sequence: torch.Tensor, pad_token_id: int) -> list[int]:
 def bench_generation(models: dict, tokenizer, sources: list[str], num_beams: int, args, config) -> dict:
     """Both models on the same batches of `--gen-batch-size` sentences in corpus order; then ours through
     `training.decoding.translate`, which batches the same number of sentences sorted by length (the pipeline)."""
-    from training.decoding import translate
+    from hf_vaswani_training.decoding import translate
 
     gen_config = generation_config(num_beams, args, config)
     for model in models.values():
@@ -838,7 +838,7 @@ def bench_generation(models: dict, tokenizer, sources: list[str], num_beams: int
         "identical_fraction": sum(same) / len(same),
         "first_difference": first_difference,
         "translate_identical_texts": sum(same_text),
-        "ours_translate_batching": f"training.decoding.translate: length-sorted, {args.gen_batch_size} sentences a batch",
+        "ours_translate_batching": f"hf_vaswani_training.decoding.translate: length-sorted, {args.gen_batch_size} sentences a batch",
     }
     for name, timing in summarize(seconds, cpu).items():
         s = timing["seconds"]

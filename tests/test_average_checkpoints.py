@@ -13,8 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-import training.average_checkpoints as average_module
-from training.average_checkpoints import WEIGHTS_NAME, average_checkpoints, last_checkpoints
+import hf_vaswani_training.average_checkpoints as average_module
+from hf_vaswani_training.average_checkpoints import WEIGHTS_NAME, average_checkpoints, last_checkpoints
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,7 +156,7 @@ def test_last_checkpoints_sorts_by_step_number(tmp_path: Path) -> None:
 
 def test_last_checkpoints_with_too_few_or_none(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     make_run_dir(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="training.average_checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.average_checkpoints"):
         found = last_checkpoints(tmp_path, 5)
     assert [path.name for path in found] == ["checkpoint-2", "checkpoint-9", "checkpoint-10"]
     assert "only 3" in caplog.text
@@ -173,7 +173,7 @@ def test_cli_averages_last_checkpoints(tmp_path: Path) -> None:
     make_checkpoint(run_dir / "checkpoint-10", tensors_b(), step=10)
     make_checkpoint(run_dir / "checkpoint-8", {k: v * 100 for k, v in tensors_a().items()}, step=8)
     output = tmp_path / "averaged"
-    command = [sys.executable, "-m", "training.average_checkpoints", "--run-dir", str(run_dir)]
+    command = [sys.executable, "-m", "hf_vaswani_training.average_checkpoints", "--run-dir", str(run_dir)]
     command += ["--last", "2", "--output", str(output)]
     completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr

@@ -18,7 +18,7 @@ onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")  # torch.onnx.export(dynamo=True) translates through it
 
 from tests.conftest import tiny_model  # noqa: E402
-from training.export import (  # noqa: E402
+from hf_vaswani_training.export import (  # noqa: E402
     CONFIG_FILE,
     CROSS_ATTENTION_FILE,
     DECODER_STEP_FILE,
@@ -26,7 +26,7 @@ from training.export import (  # noqa: E402
     main,
     onnx_greedy_decode,
 )
-from training.tokenizer import train_joint_bpe  # noqa: E402
+from hf_vaswani_training.tokenizer import train_joint_bpe  # noqa: E402
 
 PAD, EOS = 1, 2
 MAX_NEW_TOKENS = 12

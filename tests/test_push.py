@@ -16,8 +16,8 @@ import torch
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import HubStub, hub_env, hub_stub  # noqa: F401  (hub_stub is a fixture)
 from tests.test_train import TINY
-from training.push import ModelFolderError, files_to_push, validate_model_folder
-from training.train import main
+from hf_vaswani_training.push import ModelFolderError, files_to_push, validate_model_folder
+from hf_vaswani_training.train import main
 
 SENTENCES = ["The dog sees a small house .", "Here I am rich under her soft box .", "The pig sings ."]
 MODEL_FILES = {
@@ -92,7 +92,7 @@ def _translate(model, tokenizer) -> dict:
 
 
 def test_only_the_model_files_are_pushed(model_dir, capsys):
-    from training.push import main as push_main
+    from hf_vaswani_training.push import main as push_main
 
     assert set(files_to_push(model_dir)) == MODEL_FILES
     assert push_main([str(model_dir), "user/x", "--dry-run"]) is None
@@ -101,7 +101,7 @@ def test_only_the_model_files_are_pushed(model_dir, capsys):
 
 
 def test_a_folder_that_is_not_a_model_is_a_clear_error(model_dir, tmp_path):
-    from training.push import main as push_main
+    from hf_vaswani_training.push import main as push_main
 
     with pytest.raises(ModelFolderError, match=f"{tmp_path} is not a model folder: it has no config.json"):
         validate_model_folder(tmp_path)
@@ -166,7 +166,7 @@ def test_push_then_load_from_the_hub_in_a_fresh_process(model_dir, hub_stub, tmp
 
     repo_id = "user/tiny-vaswani"
     push = _run(
-        [sys.executable, "-m", "training.push", str(model_dir), repo_id, "--commit-message", "First model"],
+        [sys.executable, "-m", "hf_vaswani_training.push", str(model_dir), repo_id, "--commit-message", "First model"],
         hub_env(hub_stub.url, tmp_path / "push_home"),
     )
     assert push.stdout.strip().splitlines()[-1] == f"{hub_stub.url}/{repo_id}"
@@ -221,7 +221,7 @@ def test_push_then_load_from_the_hub_in_a_fresh_process(model_dir, hub_stub, tmp
 def test_push_to_a_private_branch_and_as_a_pull_request(model_dir, hub_stub, tmp_path):  # noqa: F811
     repo_id = "user/tiny-branches"
     script = (
-        "from training.push import main\n"
+        "from hf_vaswani_training.push import main\n"
         f"main([{str(model_dir)!r}, {repo_id!r}, '--private', '--branch', 'dev'])\n"
         f"main([{str(model_dir)!r}, {repo_id!r}, '--create-pr', '--commit-message', 'Please merge'])\n"
     )
@@ -254,7 +254,7 @@ def test_train_with_push_to_hub_leaves_the_final_model_and_card_on_the_hub(hub_s
     repo_id = "user/trainer-push"
     output_dir = tmp_path / "trainer-push"
     args = [*TINY, "--output_dir", str(output_dir), *RUN_ARGS, "--push_to_hub", "True", "--hub_model_id", repo_id]
-    _run([sys.executable, "-m", "training.train", *args], hub_env(hub_stub.url, tmp_path / "home"), timeout=600)
+    _run([sys.executable, "-m", "hf_vaswani_training.train", *args], hub_env(hub_stub.url, tmp_path / "home"), timeout=600)
     assert (output_dir / "README.md").is_file()
 
     files = hub_stub.files(repo_id)

@@ -23,14 +23,14 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-import training.train
+import hf_vaswani_training.train
 from hf_vaswani import sinusoidal_position_encoding
 from tests.conftest import REPO_ROOT, tiny_model
 from tests.test_train import TINY
-from training.average_checkpoints import average_checkpoints
-from training.average_checkpoints import main as average_main
-from training.train import main
-from training.trainer import NonFiniteLossError, VaswaniTrainer, checkpoint_problem, last_complete_checkpoint
+from hf_vaswani_training.average_checkpoints import average_checkpoints
+from hf_vaswani_training.average_checkpoints import main as average_main
+from hf_vaswani_training.train import main
+from hf_vaswani_training.trainer import NonFiniteLossError, VaswaniTrainer, checkpoint_problem, last_complete_checkpoint
 
 PAD, BOS, EOS = 1, 0, 2
 
@@ -138,7 +138,7 @@ def test_decoding_past_max_position_embeddings_warns(caplog):
 
 
 def _train_command(output_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "training.train", *RUN, "--output_dir", str(output_dir), *extra]
+    return [sys.executable, "-m", "hf_vaswani_training.train", *RUN, "--output_dir", str(output_dir), *extra]
 
 
 def _subprocess_env() -> dict[str, str]:
@@ -284,7 +284,7 @@ def test_absurd_learning_rate_stops_with_a_clear_message_before_the_update(tmp_p
     """lr 300 overflows the backward pass of step 12 while its loss is still finite. Checking the loss alone, that
     update wrote inf/NaN into the weights and into checkpoint-12 (this test found it); now the gradient norm is
     checked too."""
-    monkeypatch.setattr(training.train, "VaswaniTrainer", _RecordingTrainer)
+    monkeypatch.setattr(hf_vaswani_training.train, "VaswaniTrainer", _RecordingTrainer)
     _RecordingTrainer.instances.clear()
     output_dir = tmp_path / "diverged"
     with pytest.raises(NonFiniteLossError) as raised:
@@ -328,7 +328,7 @@ class _PoisonedTrainer(VaswaniTrainer):
 
 
 def test_nan_mid_run_stops_keeps_the_last_good_checkpoint_and_resume_recovers(tmp_path, monkeypatch, straight_run):
-    monkeypatch.setattr(training.train, "VaswaniTrainer", _PoisonedTrainer)
+    monkeypatch.setattr(hf_vaswani_training.train, "VaswaniTrainer", _PoisonedTrainer)
     output_dir = tmp_path / "poisoned"
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at step 8; stopping before the update") as raised:
         main([*RUN, "--output_dir", str(output_dir)])

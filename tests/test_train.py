@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import REPO_ROOT
-from training.batching import TokenBatchSampler
-from training.train import check_tokenizer_fits, main, parse_arguments
+from hf_vaswani_training.batching import TokenBatchSampler
+from hf_vaswani_training.train import check_tokenizer_fits, main, parse_arguments
 
 TINY = [
     "--preset", "tiny",
@@ -201,7 +201,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
         "--num_machines",
         "1",
     ]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "training.train"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "hf_vaswani_training.train"]
     completed = subprocess.run(
         [*launch, *common, "--output_dir", str(two)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
         timeout=600,
@@ -228,9 +228,9 @@ def _batch_count(max_tokens: int) -> int:
     """Batches per epoch of the 2-process test's training split with one process, through the run's own code."""
     import contextlib
 
-    from training.data import load_parallel_data
-    from training.tokenizer import load_or_train_tokenizer
-    from training.train import tokenize_splits
+    from hf_vaswani_training.data import load_parallel_data
+    from hf_vaswani_training.tokenizer import load_or_train_tokenizer
+    from hf_vaswani_training.train import tokenize_splits
 
     _, data_args, _ = parse_arguments(["--report_to", "none", "--output_dir", "unused"])
     raw = load_parallel_data(toy_num_train=400, toy_num_validation=2, toy_num_test=2, seed=7)
@@ -242,7 +242,7 @@ def _batch_count(max_tokens: int) -> int:
 
 @pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "training" / "recipes").glob("*.json")), ids=lambda p: p.name)
 def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
-    from training.train import load_preset
+    from hf_vaswani_training.train import load_preset
 
     model_args, data_args, training_args = parse_arguments([str(recipe)])
     assert load_preset(model_args.preset)["d_model"] > 0

@@ -11,10 +11,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import hf_vaswani
 from tests.conftest import REPO_ROOT
 from tests.test_train import TINY
-from training.attention_plot import cross_attention, plot_attention
-from training.decoding import translate
-from training.train import main as train_main
-from training.translate import main
+from hf_vaswani_training.attention_plot import cross_attention, plot_attention
+from hf_vaswani_training.decoding import translate
+from hf_vaswani_training.train import main as train_main
+from hf_vaswani_training.translate import main
 
 SENTENCES = [
     "A mouse sits .",
@@ -25,7 +25,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A folder from training.train (tokenizer, config, generation config with beam 4, GNMT 0.6, offset 5) whose
+    """A folder from hf_vaswani_training.train (tokenizer, config, generation config with beam 4, GNMT 0.6, offset 5) whose
     weights are then re-initialised: after 30 steps beam search ends every sentence at once, and empty outputs
     would make "the CLI prints what translate() returns" true of a CLI that ignores the model. Random weights give
     long outputs that differ between sentences and between beam and greedy search."""
@@ -49,7 +49,7 @@ def loaded(model_dir):
 
 def start_cli(*args, stdin=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "training.translate", *map(str, args)],
+        [sys.executable, "-m", "hf_vaswani_training.translate", *map(str, args)],
         cwd=REPO_ROOT,
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -220,7 +220,7 @@ def test_plots_are_nonblank_pngs_and_the_head_grid_is_bigger(loaded, tmp_path):
 
 def test_translate_groups_the_n_best_of_each_sentence(loaded):
     """Sentences of different lengths are reordered into batches; each must get its own n outputs back."""
-    from training.decoding import translate
+    from hf_vaswani_training.decoding import translate
 
     model, tokenizer = loaded
     sentences = ["A mouse sits .", "The old dogs of the teacher do not sleep under the table .", "We read ."]

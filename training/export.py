@@ -35,13 +35,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from training.translate import positive_int
+from .translate import positive_int
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-logger = logging.getLogger("training.export")
+logger = logging.getLogger(__name__)
 
 ENCODER_FILE = "encoder.onnx"
 CROSS_ATTENTION_FILE = "cross_attention.onnx"

@@ -22,15 +22,15 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgumentParser, set_seed
 
 import hf_vaswani
-from training.arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
-from training.average_checkpoints import average_checkpoints, last_checkpoints
-from training.data import load_parallel_data
-from training.decoding import translate
-from training.model_card import write_model_card
-from training.tokenizer import load_or_train_tokenizer
-from training.trainer import TimeBudgetCallback, VaswaniTrainer, last_complete_checkpoint, paper_learning_rate
+from .arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
+from .average_checkpoints import average_checkpoints, last_checkpoints
+from .data import load_parallel_data
+from .decoding import translate
+from .model_card import write_model_card
+from .tokenizer import load_or_train_tokenizer
+from .trainer import TimeBudgetCallback, VaswaniTrainer, last_complete_checkpoint, paper_learning_rate
 
-logger = logging.getLogger("training.train")
+logger = logging.getLogger(__name__)
 
 
 # ---- arguments ------------------------------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
 
     # ---- training ----
-    from training.metrics import load_translation_metric
+    from .metrics import load_translation_metric
 
     metric = load_translation_metric()
     callbacks = [TimeBudgetCallback(training_args.max_train_minutes)] if training_args.max_train_minutes else []
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.push_to_hub:
         # Not trainer.push_to_hub(): it would save trainer.model (the last step, not the average) over the final
         # model and replace this card with the Trainer's own.
-        from training.push import push_model_folder
+        from .push import push_model_folder
 
         pushed = push_model_folder(
             output_dir,

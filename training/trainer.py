@@ -31,7 +31,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
 
-from training.batching import TokenBatchSampler
+from .batching import TokenBatchSampler
 
 logger = logging.getLogger(__name__)
 

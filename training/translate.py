@@ -30,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-logger = logging.getLogger("training.translate")
+logger = logging.getLogger(__name__)
 
 PROGRESS_MIN_LINES = 10  # a progress bar for files and standard input longer than this
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -258,14 +258,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers
 
-    from training.decoding import translate
+    from .decoding import translate
 
     transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar; the translation bar stays
     model, tokenizer = load_model_and_tokenizer(args)
     try:
         kwargs = generation_kwargs(args, model.generation_config)
         if args.attention_plot is not None:
-            from training.attention_plot import check_layer_and_head
+            from .attention_plot import check_layer_and_head
 
             layers, heads = _decoder_shape(model.config)
             if layers is not None and heads is not None:
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     write_translations(lines, args.output)
 
     if args.attention_plot is not None:
-        from training.attention_plot import cross_attention, plot_attention
+        from .attention_plot import cross_attention, plot_attention
 
         first = indices[0]
         if args.seed is not None:
