@@ -17,7 +17,6 @@ onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")  # torch.onnx.export(dynamo=True) translates through it
 
-from tests.conftest import tiny_model  # noqa: E402
 from hf_vaswani_training.export import (  # noqa: E402
     CONFIG_FILE,
     CROSS_ATTENTION_FILE,
@@ -27,6 +26,7 @@ from hf_vaswani_training.export import (  # noqa: E402
     onnx_greedy_decode,
 )
 from hf_vaswani_training.tokenizer import train_joint_bpe  # noqa: E402
+from tests.conftest import tiny_model  # noqa: E402
 
 PAD, EOS = 1, 2
 MAX_NEW_TOKENS = 12

@@ -8,11 +8,11 @@ import re
 import pytest
 import yaml
 
+from hf_vaswani_training.model_card import TEMPLATE, render_model_card
+from hf_vaswani_training.train import main
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import validate_card_metadata
 from tests.test_train import TINY
-from hf_vaswani_training.model_card import TEMPLATE, render_model_card
-from hf_vaswani_training.train import main
 
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 

@@ -13,11 +13,11 @@ import textwrap
 import pytest
 import torch
 
+from hf_vaswani_training.push import ModelFolderError, files_to_push, validate_model_folder
+from hf_vaswani_training.train import main
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import HubStub, hub_env, hub_stub  # noqa: F401  (hub_stub is a fixture)
 from tests.test_train import TINY
-from hf_vaswani_training.push import ModelFolderError, files_to_push, validate_model_folder
-from hf_vaswani_training.train import main
 
 SENTENCES = ["The dog sees a small house .", "Here I am rich under her soft box .", "The pig sings ."]
 MODEL_FILES = {
@@ -254,7 +254,11 @@ def test_train_with_push_to_hub_leaves_the_final_model_and_card_on_the_hub(hub_s
     repo_id = "user/trainer-push"
     output_dir = tmp_path / "trainer-push"
     args = [*TINY, "--output_dir", str(output_dir), *RUN_ARGS, "--push_to_hub", "True", "--hub_model_id", repo_id]
-    _run([sys.executable, "-m", "hf_vaswani_training.train", *args], hub_env(hub_stub.url, tmp_path / "home"), timeout=600)
+    _run(
+        [sys.executable, "-m", "hf_vaswani_training.train", *args],
+        hub_env(hub_stub.url, tmp_path / "home"),
+        timeout=600,
+    )
     assert (output_dir / "README.md").is_file()
 
     files = hub_stub.files(repo_id)

@@ -25,12 +25,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 import hf_vaswani_training.train
 from hf_vaswani import sinusoidal_position_encoding
-from tests.conftest import REPO_ROOT, tiny_model
-from tests.test_train import TINY
 from hf_vaswani_training.average_checkpoints import average_checkpoints
 from hf_vaswani_training.average_checkpoints import main as average_main
 from hf_vaswani_training.train import main
 from hf_vaswani_training.trainer import NonFiniteLossError, VaswaniTrainer, checkpoint_problem, last_complete_checkpoint
+from tests.conftest import REPO_ROOT, tiny_model
+from tests.test_train import TINY
 
 PAD, BOS, EOS = 1, 0, 2
 

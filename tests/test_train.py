@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import REPO_ROOT
 from hf_vaswani_training.batching import TokenBatchSampler
 from hf_vaswani_training.train import check_tokenizer_fits, main, parse_arguments
+from tests.conftest import REPO_ROOT
 
 TINY = [
     "--preset", "tiny",

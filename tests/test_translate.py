@@ -9,12 +9,12 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vaswani
-from tests.conftest import REPO_ROOT
-from tests.test_train import TINY
 from hf_vaswani_training.attention_plot import cross_attention, plot_attention
 from hf_vaswani_training.decoding import translate
 from hf_vaswani_training.train import main as train_main
 from hf_vaswani_training.translate import main
+from tests.conftest import REPO_ROOT
+from tests.test_train import TINY
 
 SENTENCES = [
     "A mouse sits .",

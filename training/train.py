@@ -22,6 +22,7 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgumentParser, set_seed
 
 import hf_vaswani
+
 from .arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
 from .data import load_parallel_data
