@@ -7,8 +7,8 @@ their code and write `auto_map`, so saved folders load with `trust_remote_code=T
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_vaswani import VaswaniConfig
+from .generation_vaswani import GNMTLengthPenalty, VaswaniGenerationMixin
 from .modeling_vaswani import (
-    GNMTLengthPenalty,
     VaswaniForConditionalGeneration,
     VaswaniModel,
     VaswaniPreTrainedModel,
@@ -29,6 +29,7 @@ __all__ = [
     "GNMTLengthPenalty",
     "VaswaniConfig",
     "VaswaniForConditionalGeneration",
+    "VaswaniGenerationMixin",
     "VaswaniModel",
     "VaswaniPreTrainedModel",
     "sinusoidal_position_encoding",

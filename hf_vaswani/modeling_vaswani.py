@@ -15,15 +15,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin, logits_process
-from transformers.generation.stopping_criteria import (
-    EosTokenCriteria,
-    MaxLengthCriteria,
-    MaxTimeCriteria,
-    StoppingCriteria,
-    StoppingCriteriaList,
-    StopStringCriteria,
-)
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -34,10 +25,11 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import logging
-from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
+from .generation_vaswani import VaswaniGenerationMixin
 
 logger = logging.get_logger(__name__)
 
@@ -53,6 +45,30 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
     return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# §3.4 Embeddings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniScaledWordEmbedding(nn.Embedding):
+    """Token embeddings multiplied by sqrt(d_model) (§3.4), the scale inside the module as in BART.
+
+    So `model(inputs_embeds=model.get_input_embeddings()(ids))` equals `model(input_ids=ids)`. The matrix is still
+    the one `weight` parameter shared with the other embedding and the pre-softmax projection.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, embed_scale: float = 1.0):
+        super().__init__(num_embeddings, embedding_dim)
+        self.embed_scale = embed_scale
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(input_ids) * self.embed_scale
+
+
+def _embed_scale(config: VaswaniConfig) -> float:
+    return math.sqrt(config.d_model) if config.scale_embedding else 1.0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -298,20 +314,23 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
         # --- sub-layer 2: encoder-decoder attention, queries from the decoder, keys/values from the encoder ---
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.encoder_attn(
-            hidden_states,
-            key_value_states=encoder_hidden_states,
-            attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values,
-            **kwargs,
-        )
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+        # Skipped when the decoder runs on its own (as in Marian): without encoder states there is nothing to attend
+        # to, and VaswaniAttention would otherwise become a second, unmasked self-attention writing the self cache.
+        if encoder_hidden_states is not None:
+            residual = hidden_states
+            if self.normalize_before:
+                hidden_states = self.encoder_attn_layer_norm(hidden_states)
+            hidden_states, _ = self.encoder_attn(
+                hidden_states,
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+            hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+            hidden_states = residual + hidden_states
+            if not self.normalize_before:
+                hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
         # --- sub-layer 3: position-wise feed-forward ---
         residual = hidden_states
@@ -411,8 +430,8 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
         self.dropout = config.dropout
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        # The same matrix as VaswaniModel.shared once tied; the sqrt(d_model) scale (§3.4) is inside the module.
+        self.embed_tokens = VaswaniScaledWordEmbedding(config.vocab_size, config.d_model, _embed_scale(config))
         self.embed_positions = VaswaniSinusoidalPositionalEmbedding(config)
         self.layers = nn.ModuleList([VaswaniEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)])
         # Pre-LN leaves the last residual stream un-normalised, so it needs a final LayerNorm; post-LN does not.
@@ -433,7 +452,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
             raise ValueError("VaswaniEncoder: give exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
             self._check_input_ids(input_ids)
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+            inputs_embeds = self.embed_tokens(input_ids)
         batch_size, source_length = inputs_embeds.shape[:2]
 
         # Positions count real tokens only, so a left-padded sentence gets the same encodings as unpadded.
@@ -468,8 +487,8 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
         self.dropout = config.dropout
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        # The same matrix as VaswaniModel.shared once tied; the sqrt(d_model) scale (§3.4) is inside the module.
+        self.embed_tokens = VaswaniScaledWordEmbedding(config.vocab_size, config.d_model, _embed_scale(config))
         self.embed_positions = VaswaniSinusoidalPositionalEmbedding(config)
         self.layers = nn.ModuleList([VaswaniDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)])
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
@@ -493,18 +512,20 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
             raise ValueError("VaswaniDecoder: give exactly one of input_ids or inputs_embeds")
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        # An int for a dynamic cache, a tensor for a static one: used only in arithmetic, never in a Python `if`,
+        # so that a compiled graph (static cache, fullgraph=True) has no data-dependent branch.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
 
         if inputs_embeds is None:
-            # Later decoding steps feed back the model's own argmax/samples: checking them would only add a host
-            # sync per generated token.
-            if past_length == 0:
+            # One-token steps with a cache are generate() feeding back the model's own argmax/samples: checking them
+            # would only add a host sync per generated token. Decided on shapes, not on the cache length.
+            if past_key_values is None or input_ids.shape[-1] > 1:
                 self._check_input_ids(input_ids)
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+            inputs_embeds = self.embed_tokens(input_ids)
         batch_size, target_length = inputs_embeds.shape[:2]
 
         # A step of incremental decoding continues the positions where the cache stops.
-        position_ids = torch.arange(past_length, past_length + target_length, device=inputs_embeds.device)
+        position_ids = torch.arange(target_length, device=inputs_embeds.device) + past_length
         positions = self.embed_positions(position_ids.expand(batch_size, -1), past_length=past_length)
         positions = positions.to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(inputs_embeds + positions, p=self.dropout, training=self.training)
@@ -557,7 +578,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.shared = VaswaniScaledWordEmbedding(config.vocab_size, config.d_model, _embed_scale(config))
         self.encoder = VaswaniEncoder(config)
         self.decoder = VaswaniDecoder(config)
         self.post_init()
@@ -570,6 +591,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
         self.encoder.embed_tokens = value
         self.decoder.embed_tokens = value
 
+    # return_dict=False: the decorator takes it out of kwargs and turns the result into a tuple at the end, so the
+    # encoder and decoder below always return their output classes (as in Marian).
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -584,8 +608,13 @@ class VaswaniModel(VaswaniPreTrainedModel):
         **kwargs,
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
+            # return_dict=True: the config's return_dict=False must not turn the inner outputs into tuples.
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(
@@ -601,6 +630,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
             past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -615,65 +645,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         )
 
 
-class GNMTLengthPenalty(float):
-    """The length penalty of Wu et al. (2016), used by the paper's beam search (§6.1, alpha = 0.6):
-
-        score(Y) = log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
-
-    Hugging Face's `length_penalty` divides by |Y| ** alpha instead. This float carries alpha through
-    `GenerationMixin._beam_search` and marks the GNMT formula for the two scoring hooks below.
-    """
-
-    def penalty(self, length: int | torch.Tensor) -> float | torch.Tensor:
-        return ((5.0 + length) / 6.0) ** float(self)
-
-
-class _SourceLengthStoppingCriteria(StoppingCriteria):
-    """Ends each row once it holds source length + offset generated tokens (§6.1: "input length + 50")."""
-
-    def __init__(self, max_new_tokens_per_row: torch.Tensor, prompt_length: int = 1):
-        self.max_new_tokens_per_row = max_new_tokens_per_row
-        self.prompt_length = prompt_length
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
-        # Beam search and num_return_sequences expand each source row into consecutive copies.
-        copies = input_ids.shape[0] // self.max_new_tokens_per_row.shape[0]
-        limits = self.max_new_tokens_per_row.to(input_ids.device).repeat_interleave(copies)
-        return (input_ids.shape[1] - self.prompt_length) >= limits
-
-    def select_sources(self, sources: torch.LongTensor) -> "_SourceLengthStoppingCriteria":
-        """The criterion for the batch that keeps only `sources` (indices into this one's sources), in that order."""
-        limits = self.max_new_tokens_per_row.to(sources.device)[sources]
-        return _SourceLengthStoppingCriteria(limits, self.prompt_length)
-
-
-# What greedy and beam search may hold while they drop finished rows: logits processors and stopping criteria that look at
-# each row alone (a row's result depends only on its own tokens and the step), and the generate() inputs it compacts.
-_ROW_WISE_LOGITS_PROCESSORS = (
-    logits_process.MinLengthLogitsProcessor,
-    logits_process.MinNewTokensLengthLogitsProcessor,
-    logits_process.RepetitionPenaltyLogitsProcessor,
-    logits_process.NoRepeatNGramLogitsProcessor,
-    logits_process.SequenceBiasLogitsProcessor,  # NoBadWordsLogitsProcessor too
-    logits_process.ForcedBOSTokenLogitsProcessor,
-    logits_process.ForcedEOSTokenLogitsProcessor,
-    logits_process.SuppressTokensLogitsProcessor,
-    logits_process.SuppressTokensAtBeginLogitsProcessor,
-    logits_process.InfNanRemoveLogitsProcessor,
-    logits_process.ExponentialDecayLengthPenalty,
-    logits_process.LogitNormalization,
-)
-_ROW_WISE_STOPPING_CRITERIA = (EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria)
-_ROW_DROPPING_MODEL_KWARGS = {
-    "attention_mask",
-    "decoder_attention_mask",
-    "encoder_outputs",
-    "past_key_values",
-    "use_cache",
-}
-
-
-class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer with its pre-softmax linear transformation, which shares the embedding matrix (§3.4)."""
 
     _tied_weights_keys = {
@@ -713,6 +685,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -759,6 +732,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -798,377 +772,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    # -----------------------------------------------------------------------------------------------------------------
-    # §6.1 decoding: beam search with the GNMT length penalty and a maximum length of input length + 50
-    # -----------------------------------------------------------------------------------------------------------------
-
-    @torch.no_grad()
-    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, stopping_criteria=None, **kwargs):
-        """`GenerationMixin.generate` plus two generation-config entries for the paper's decoding (§6.1):
-
-        - `length_penalty_type="gnmt"`: beam hypotheses are ranked by log P / ((5 + |Y|) / 6) ** length_penalty
-          (Wu et al., 2016) instead of Hugging Face's log P / |Y| ** length_penalty.
-        - `max_length_offset=k`: each output is at most (its source length in tokens) + k tokens long, and the
-          batch stops at the longest source + k, unless `max_length`/`max_new_tokens` are passed explicitly.
-        Both can be set in `generation_config.json` or passed as keyword arguments.
-        """
-        config = generation_config if generation_config is not None else self.generation_config
-        offset = kwargs.pop("max_length_offset", getattr(config, "max_length_offset", None))
-        if offset is not None:
-            source_lengths = self._source_lengths(inputs, kwargs)
-            if source_lengths is not None:
-                row_limits = source_lengths + int(offset)
-                if kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None:
-                    kwargs["max_new_tokens"] = int(row_limits.max())
-                criteria = StoppingCriteriaList([_SourceLengthStoppingCriteria(row_limits)])
-                if stopping_criteria is not None:
-                    criteria.extend(stopping_criteria)
-                stopping_criteria = criteria
-        return super().generate(inputs, generation_config, stopping_criteria=stopping_criteria, **kwargs)
-
-    def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
-        attention_mask = kwargs.get("attention_mask")
-        if attention_mask is not None:
-            return attention_mask.sum(-1)
-        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
-        if input_ids is None:
-            return None
-        if self.config.pad_token_id is None:
-            return torch.full(input_ids.shape[:1], input_ids.shape[1], device=input_ids.device)
-        return (input_ids != self.config.pad_token_id).sum(-1)
-
-    def _sample(
-        self,
-        input_ids: torch.LongTensor,
-        logits_processor,
-        stopping_criteria: StoppingCriteriaList,
-        generation_config,
-        synced_gpus: bool = False,
-        streamer=None,
-        **model_kwargs,
-    ):
-        """Greedy decoding that stops computing a row once it has finished. Not in Marian.
-
-        The stock loop (`GenerationMixin._sample`) runs the decoder on every row of the batch until the last row
-        ends, and pads the finished ones; on Multi30K batches of 64 only about a quarter of those decoder rows
-        produce a token (benchmarks/README.md). Here, each step that finishes rows removes them from the batch:
-        the caches, the encoder output and the masks keep only the rows still running, and the output is written
-        into a padded (batch, length) tensor exactly as the stock loop returns it. Same tokens, less work.
-
-        Used for greedy search when every logits processor and stopping criterion looks at each row alone and
-        nothing per step is returned (scores, attentions, a streamer, the cache); otherwise, and with
-        `drop_finished_rows=False`, the stock loop runs.
-        """
-        if not self._can_drop_finished_rows(
-            logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
-        ):
-            return super()._sample(
-                input_ids,
-                logits_processor,
-                stopping_criteria,
-                generation_config,
-                synced_gpus=synced_gpus,
-                streamer=streamer,
-                **model_kwargs,
-            )
-
-        batch_size, prompt_length = input_ids.shape
-        max_length = stopping_criteria.max_length
-        pad_token_id = int(generation_config._pad_token_tensor)
-        sequences = input_ids.new_full((batch_size, max_length), pad_token_id)  # every row; cut to length at the end
-        sequences[:, :prompt_length] = input_ids
-        rows = torch.arange(batch_size, device=input_ids.device)  # the rows of `sequences` still running
-        criteria = stopping_criteria  # greedy search has one row per source (no num_return_sequences)
-
-        outputs = self._prefill(input_ids, generation_config, model_kwargs)
-        cur_len = prompt_length
-        while True:
-            model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
-            next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
-            del outputs
-            # max(...).indices is argmax (both documented to return the first of tied maxima), faster on the CPU
-            next_tokens = logits_processor(input_ids, next_token_logits).max(dim=-1).indices
-            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)  # (running rows, cur_len + 1)
-            sequences[rows, cur_len] = next_tokens
-            cur_len += 1
-
-            finished = criteria(input_ids, None)
-            num_finished = int(finished.sum())  # the one host-device synchronisation of a step, as in the stock loop
-            if num_finished == finished.shape[0]:
-                break
-            if num_finished > 0:
-                keep = (~finished).nonzero().squeeze(1)
-                rows, input_ids = rows[keep], input_ids[keep]
-                model_kwargs = self._select_model_kwargs_rows(model_kwargs, keep)
-                criteria = self._select_stopping_criteria(criteria, keep)
-
-            model_inputs = self.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
-            outputs = self(**model_inputs, return_dict=True)
-        return sequences[:, :cur_len]
-
-    def _can_drop_finished_rows(
-        self, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
-    ) -> bool:
-        cache = model_kwargs.get("past_key_values")
-        return (
-            getattr(generation_config, "drop_finished_rows", True)
-            and not generation_config.do_sample
-            and not generation_config.return_dict_in_generate
-            and not generation_config.is_assistant
-            and not getattr(generation_config, "low_memory", False)  # the stock beam search rejects it
-            and generation_config._pad_token_tensor is not None
-            and not synced_gpus
-            and streamer is None
-            and model_kwargs.get("use_cache", True)
-            and set(model_kwargs) <= _ROW_DROPPING_MODEL_KWARGS
-            and isinstance(model_kwargs.get("encoder_outputs"), BaseModelOutput)
-            and isinstance(cache, EncoderDecoderCache)
-            and isinstance(cache.self_attention_cache, DynamicCache)
-            and isinstance(cache.cross_attention_cache, DynamicCache)
-            and not self._valid_auto_compile_criteria(model_kwargs, generation_config)
-            and stopping_criteria.max_length is not None
-            # Without an EOS criterion the stock loop keeps extending rows that other criteria finished.
-            and any(isinstance(criterion, EosTokenCriteria) for criterion in stopping_criteria)
-            and all(
-                isinstance(criterion, (*_ROW_WISE_STOPPING_CRITERIA, _SourceLengthStoppingCriteria))
-                for criterion in stopping_criteria
-            )
-            and all(isinstance(processor, _ROW_WISE_LOGITS_PROCESSORS) for processor in logits_processor)
-        )
-
-    @staticmethod
-    def _select_stopping_criteria(stopping_criteria: StoppingCriteriaList, sources: torch.LongTensor):
-        """The criteria for the batch that keeps only `sources`: the per-source length limits follow them."""
-        return StoppingCriteriaList(
-            criterion.select_sources(sources) if isinstance(criterion, _SourceLengthStoppingCriteria) else criterion
-            for criterion in stopping_criteria
-        )
-
-    @staticmethod
-    def _select_model_kwargs_rows(model_kwargs: dict, rows: torch.LongTensor) -> dict:
-        """generate()'s per-row inputs, keeping only `rows` (in that order)."""
-        selected = dict(model_kwargs)
-        for key in ("attention_mask", "decoder_attention_mask"):
-            if selected.get(key) is not None:
-                selected[key] = selected[key][rows]
-        encoder_outputs = selected["encoder_outputs"]
-        selected["encoder_outputs"] = type(encoder_outputs)(
-            **{
-                name: tuple(tensor[rows] for tensor in value) if isinstance(value, tuple) else value[rows]
-                for name, value in encoder_outputs.items()
-            }
-        )
-        selected["past_key_values"].batch_select_indices(rows)
-        return selected
-
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search's hook for keeping the cache rows of the surviving hypotheses (`GenerationMixin._beam_search`).
-
-        Only the self-attention cache moves. The encoder-decoder keys and values of the beams of one source are
-        copies of the same rows (generate() expands the encoder output per beam) and `beam_idx` only permutes
-        beams within a source, so the stock reorder of that cache copies every row onto an identical one, each
-        step: about a tenth of beam search's time on the CPU (benchmarks/README.md). Not in Marian.
-        """
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
-
-    def _beam_search(
-        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
-    ):
-        """Beam search as `GenerationMixin._beam_search`, with the GNMT length penalty when asked for, and without
-        computing the beams of sources whose search is over. Not in Marian.
-
-        A source's search is over once the stock early-stopping test says none of its running beams can beat its
-        finished hypotheses (or, with `early_stopping=True`, once it has `num_beams` of them): from then on the
-        stock loop still runs its beams through the decoder each step but discards what they produce. Here its
-        rows leave the batch (caches, encoder output, masks and the beam state are compacted) and its finished
-        hypotheses are kept aside. Same outputs as the stock loop; under the same conditions as in `_sample`
-        (plain beam search, nothing returned per step); otherwise, and with `drop_finished_rows=False`, the stock
-        loop runs.
-        """
-        # `generation_config` is generate()'s private copy, so marking its length penalty here touches nothing else.
-        if getattr(generation_config, "length_penalty_type", None) == "gnmt":
-            generation_config.length_penalty = GNMTLengthPenalty(generation_config.length_penalty)
-        if not self._can_drop_finished_rows(
-            logits_processor, stopping_criteria, generation_config, synced_gpus, None, model_kwargs
-        ):
-            return super()._beam_search(
-                input_ids,
-                logits_processor,
-                stopping_criteria,
-                generation_config,
-                synced_gpus=synced_gpus,
-                **model_kwargs,
-            )
-
-        num_beams = generation_config.num_beams
-        num_return_sequences = generation_config.num_return_sequences
-        early_stopping = generation_config.early_stopping
-        length_penalty = generation_config.length_penalty
-        max_length = generation_config.max_length
-        pad_token_id = generation_config._pad_token_tensor
-        eos_token_id = generation_config._eos_token_tensor
-        device = input_ids.device
-        num_rows, prompt_length = input_ids.shape
-        num_sources = num_rows // num_beams
-        # As the stock loop: 2 candidates per beam (more with several EOS ids), the first num_beams of them may finish.
-        beams_to_keep = max(2, 1 + eos_token_id.shape[0]) * num_beams
-        top_num_beam_mask = torch.arange(beams_to_keep, device=device) < num_beams
-        fill_value = pad_token_id if pad_token_id else eos_token_id[0]
-
-        # The beam state of the sources still searching, (sources, beams, ...), in the stock loop's layout.
-        running_sequences = torch.full((num_sources, num_beams, max_length), int(fill_value), device=device)
-        running_sequences[:, :, :prompt_length] = input_ids.view(num_sources, num_beams, prompt_length)
-        sequences = running_sequences.clone()
-        running_beam_scores = torch.zeros((num_sources, num_beams), device=device)
-        running_beam_scores[:, 1:] = -1.0e9
-        beam_scores = torch.full((num_sources, num_beams), -1.0e9, device=device)
-        is_sent_finished = torch.zeros((num_sources, num_beams), dtype=torch.bool, device=device)
-        is_searching = torch.ones((num_sources, 1), dtype=torch.bool, device=device)
-        running_beam_indices = torch.full(
-            (num_sources, num_beams, max_length - prompt_length), -1, dtype=torch.int32, device=device
-        )
-        beam_indices = running_beam_indices.clone()
-        sources = torch.arange(num_sources, device=device)  # which source each row of the state belongs to
-        criteria = stopping_criteria
-        # The returned hypotheses of every source and their generated lengths, filled in as sources finish.
-        results = torch.full((num_sources, num_return_sequences, max_length), int(fill_value), device=device)
-        result_lengths = torch.zeros((num_sources, num_return_sequences), dtype=torch.long, device=device)
-
-        def set_aside(done: torch.Tensor) -> None:
-            results[sources[done]] = sequences[done, :num_return_sequences]
-            result_lengths[sources[done]] = (beam_indices[done, :num_return_sequences] != -1).sum(-1).long()
-
-        outputs = self._prefill(input_ids, generation_config, model_kwargs)
-        flat_running_sequences = input_ids
-        cur_len = prompt_length
-        while True:
-            model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
-            logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
-            del outputs
-            log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
-            batch_size = sources.shape[0]
-            log_probs = log_probs.view(batch_size, num_beams, -1) + running_beam_scores[:, :, None]
-            topk_log_probs, topk_running_sequences, topk_running_beam_indices = self._get_top_k_continuations(
-                accumulated_log_probs=log_probs.view(batch_size, -1),
-                running_sequences=running_sequences,
-                running_beam_indices=running_beam_indices,
-                cur_len=cur_len,
-                decoder_prompt_len=prompt_length,
-                do_sample=False,
-                beams_to_keep=beams_to_keep,
-                num_beams=num_beams,
-                batch_size=batch_size,
-            )
-            hits_stopping_criteria = criteria(topk_running_sequences[:, :, : cur_len + 1].flatten(0, 1), None)
-            hits_stopping_criteria = hits_stopping_criteria.view(batch_size, beams_to_keep)
-            running_sequences, running_beam_scores, running_beam_indices = self._get_running_beams_for_next_iteration(
-                topk_log_probs=topk_log_probs,
-                topk_running_sequences=topk_running_sequences,
-                topk_running_beam_indices=topk_running_beam_indices,
-                next_token_hits_stopping_criteria=hits_stopping_criteria,
-                num_beams=num_beams,
-            )
-            sequences, beam_scores, beam_indices, is_sent_finished = self._update_finished_beams(
-                sequences=sequences,
-                topk_running_sequences=topk_running_sequences,
-                beam_scores=beam_scores,
-                topk_log_probs=topk_log_probs,
-                beam_indices=beam_indices,
-                topk_running_beam_indices=topk_running_beam_indices,
-                is_early_stop_heuristic_unsatisfied=is_searching,
-                is_sent_finished=is_sent_finished,
-                next_token_hits_stopping_criteria=hits_stopping_criteria,
-                top_num_beam_mask=top_num_beam_mask,
-                num_beams=num_beams,
-                cur_len=cur_len,
-                decoder_prompt_len=prompt_length,
-                length_penalty=length_penalty,
-                early_stopping=early_stopping,
-            )
-            beam_idx = running_beam_indices[..., cur_len - prompt_length].flatten()
-            model_kwargs["past_key_values"] = self._reorder_cache(model_kwargs["past_key_values"], beam_idx)
-            cur_len += 1
-            is_searching = self._check_early_stop_heuristic(
-                is_early_stop_heuristic_unsatisfied=is_searching,
-                running_beam_scores=running_beam_scores,
-                beam_scores=beam_scores,
-                is_sent_finished=is_sent_finished,
-                cur_len=cur_len,
-                max_length=max_length,
-                decoder_prompt_len=prompt_length,
-                early_stopping=early_stopping,
-                length_penalty=length_penalty,
-            )
-            if not self._beam_search_has_unfinished_sequences(
-                is_searching, is_sent_finished, hits_stopping_criteria, early_stopping
-            ):
-                break
-            # The sources whose later candidates the stock loop would discard (see _update_finished_beams).
-            done = ~is_searching[:, 0]
-            if early_stopping is True:
-                done |= is_sent_finished.all(-1)
-            if bool(done.any()):
-                set_aside(done)
-                keep = (~done).nonzero().squeeze(1)
-                rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).flatten()
-                model_kwargs = self._select_model_kwargs_rows(model_kwargs, rows)
-                criteria = self._select_stopping_criteria(criteria, keep)
-                sources, is_searching, is_sent_finished = sources[keep], is_searching[keep], is_sent_finished[keep]
-                running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
-                running_beam_indices, sequences = running_beam_indices[keep], sequences[keep]
-                beam_scores, beam_indices = beam_scores[keep], beam_indices[keep]
-
-            flat_running_sequences = running_sequences[:, :, :cur_len].flatten(0, 1)
-            model_inputs = self.prepare_inputs_for_generation(
-                flat_running_sequences, next_sequence_length=1, **model_kwargs
-            )
-            outputs = self(**model_inputs, return_dict=True)
-
-        set_aside(torch.ones_like(sources, dtype=torch.bool))
-        return results.flatten(0, 1)[:, : prompt_length + int(result_lengths.max())]
-
-    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
-        if isinstance(length_penalty, GNMTLengthPenalty):
-            # Normalise here and let the stock code divide by |Y| ** 0 = 1.
-            topk_log_probs = topk_log_probs / length_penalty.penalty(cur_len + 1 - decoder_prompt_len)
-            length_penalty = 0.0
-        return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
-
-    @staticmethod
-    def _check_early_stop_heuristic(
-        *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
-    ):
-        if isinstance(length_penalty, GNMTLengthPenalty):
-            # The same bound as the stock heuristic, with the GNMT denominator at the length it assumes.
-            if early_stopping == "never" and length_penalty > 0.0:
-                best_length = max_length - decoder_prompt_len
-            else:
-                best_length = cur_len - decoder_prompt_len
-            running_beam_scores = running_beam_scores / length_penalty.penalty(best_length)
-            length_penalty = 0.0
-        return GenerationMixin._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
-
 
 __all__ = [
-    "GNMTLengthPenalty",
     "VaswaniForConditionalGeneration",
     "VaswaniModel",
     "VaswaniPreTrainedModel",

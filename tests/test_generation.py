@@ -278,12 +278,12 @@ def test_gnmt_and_hf_penalties_both_run_end_to_end():
 @torch.no_grad()
 def test_beam_search_with_self_attention_only_reordering_equals_the_stock_reordering(trained, monkeypatch):
     """The model reorders only the self-attention cache (cross-attention rows are identical within a source)."""
-    from hf_vaswani import VaswaniForConditionalGeneration
+    from hf_vaswani import VaswaniGenerationMixin
 
     input_ids, attention_mask = _sources(lengths=(6, 3, 5))
     kwargs = dict(attention_mask=attention_mask, num_beams=4, num_return_sequences=4, max_new_tokens=10)
     ours = trained.generate(input_ids, output_scores=True, return_dict_in_generate=True, **kwargs)
-    monkeypatch.delattr(VaswaniForConditionalGeneration, "_reorder_cache")
+    monkeypatch.delattr(VaswaniGenerationMixin, "_reorder_cache")
     stock = trained.generate(input_ids, output_scores=True, return_dict_in_generate=True, **kwargs)
     assert torch.equal(ours.sequences, stock.sequences)
     torch.testing.assert_close(ours.sequences_scores, stock.sequences_scores)
