@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 import hf_vaswani_training.average_checkpoints as average_module
 from hf_vaswani_training.average_checkpoints import WEIGHTS_NAME, average_checkpoints, last_checkpoints
+from hf_vaswani_training.checkpoints import last_complete_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,6 +153,22 @@ def test_last_checkpoints_sorts_by_step_number(tmp_path: Path) -> None:
     make_run_dir(tmp_path)
     assert last_checkpoints(tmp_path, 2) == [tmp_path / "checkpoint-9", tmp_path / "checkpoint-10"]
     assert last_checkpoints(tmp_path, 1) == [tmp_path / "checkpoint-10"]
+
+
+def test_last_checkpoints_skips_incomplete_ones_as_resuming_does(tmp_path: Path, caplog) -> None:
+    """The same rule as `--resume_from_checkpoint True`: the trainer state is written last, weights must read."""
+    make_run_dir(tmp_path)
+    truncated = make_checkpoint(tmp_path / "checkpoint-13", tensors_a(), step=13) / WEIGHTS_NAME
+    truncated.write_bytes(truncated.read_bytes()[:40])
+    unfinished = make_checkpoint(tmp_path / "checkpoint-14", tensors_a(), step=14) / "trainer_state.json"
+    unfinished.unlink()
+    with caplog.at_level(logging.WARNING):
+        found = last_checkpoints(tmp_path, 2)
+    assert found == [tmp_path / "checkpoint-9", tmp_path / "checkpoint-10"]
+    assert f"{truncated} is truncated or corrupted" in caplog.text
+    assert f"{unfinished} is missing" in caplog.text
+    # The resume side agrees on which checkpoint is the last complete one.
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
 
 
 def test_last_checkpoints_with_too_few_or_none(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -27,8 +27,9 @@ import hf_vaswani_training.train
 from hf_vaswani import sinusoidal_position_encoding
 from hf_vaswani_training.average_checkpoints import average_checkpoints
 from hf_vaswani_training.average_checkpoints import main as average_main
+from hf_vaswani_training.checkpoints import checkpoint_problem, last_complete_checkpoint
 from hf_vaswani_training.train import main
-from hf_vaswani_training.trainer import NonFiniteLossError, VaswaniTrainer, checkpoint_problem, last_complete_checkpoint
+from hf_vaswani_training.trainer import NonFiniteLossError, VaswaniTrainer
 from tests.conftest import REPO_ROOT, tiny_model
 from tests.test_train import TINY
 
@@ -399,9 +400,11 @@ def test_averaging_a_corrupted_checkpoint_names_the_file(tmp_path, how):
     with pytest.raises(ValueError, match=re.escape(str(bad))):
         average_checkpoints([tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"], tmp_path / "averaged")
     assert not (tmp_path / "averaged").exists()
-    # The command line turns the ValueError into a one-line message, not a traceback.
+    # The command line turns the ValueError into a one-line message, not a traceback. (--run-dir would not pick
+    # these folders: save_pretrained writes no trainer_state.json, so they are not complete checkpoints.)
+    inputs = [str(tmp_path / "checkpoint-1"), str(tmp_path / "checkpoint-2")]
     with pytest.raises(SystemExit, match=re.escape(str(bad))):
-        average_main(["--run-dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "averaged")])
+        average_main(["--inputs", *inputs, "--output", str(tmp_path / "averaged")])
 
 
 def _python_files() -> list[Path]:

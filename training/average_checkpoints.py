@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import logging
-import os
-import re
 import shutil
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,11 +22,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .checkpoints import last_complete_checkpoints, publish, staging_dir_for
+
 logger = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
-
-_CHECKPOINT_DIR_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
 # Files of the last checkpoint that are not copied: the Trainer's resume state describes one point of one
 # run and means nothing for an average, and any other weight file would be a stale, un-averaged copy of the
@@ -90,16 +87,6 @@ def _check_matches(
             )
 
 
-def _fsync_tree(directory: Path) -> None:
-    # Renaming is only atomic for what has reached the disk: flush file contents before the rename.
-    for path in [*directory.iterdir(), directory]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def average_checkpoints(
     checkpoint_dirs: Sequence[str | Path],
     output_dir: str | Path,
@@ -154,8 +141,8 @@ def average_checkpoints(
     }
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Not tempfile.mkdtemp: its 0o700 mode would become the output folder's, unreadable to anyone else.
-    staging_dir = output_dir.parent / f".{output_dir.name}.tmp-{uuid.uuid4().hex[:12]}"
+    staging_dir = staging_dir_for(output_dir)
+    shutil.rmtree(staging_dir, ignore_errors=True)  # left by an average that was killed
     staging_dir.mkdir()
     try:
         save_file(averaged, staging_dir / WEIGHTS_NAME, metadata={"format": "pt"})
@@ -165,15 +152,7 @@ def average_checkpoints(
             if path.is_file() and _is_copied(path.name):
                 shutil.copy2(path, staging_dir / path.name)
                 logger.debug("Copied %s", path)
-        _fsync_tree(staging_dir)
-        if output_dir.exists():
-            # The old folder moves aside first: a rename cannot replace a non-empty directory.
-            retired_dir = output_dir.parent / f".{output_dir.name}.old-{uuid.uuid4().hex[:12]}"
-            output_dir.replace(retired_dir)
-            staging_dir.replace(output_dir)
-            shutil.rmtree(retired_dir)
-        else:
-            staging_dir.replace(output_dir)
+        publish(staging_dir, output_dir)
     except BaseException:
         shutil.rmtree(staging_dir, ignore_errors=True)
         raise
@@ -182,32 +161,23 @@ def average_checkpoints(
 
 
 def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
-    """The last `n` `checkpoint-STEP` folders of a Trainer output dir that hold weights, oldest first.
+    """The last `n` complete `checkpoint-STEP` folders of a Trainer output dir, oldest first.
 
-    Sorted by the numeric step (`checkpoint-9` before `checkpoint-10`). Fewer than `n` is a warning, none is
-    a ValueError.
+    Sorted by the numeric step (`checkpoint-9` before `checkpoint-10`); a checkpoint is complete as
+    training/checkpoints.py defines it, and incomplete ones are skipped with a warning. Fewer than `n` is a
+    warning, none is a ValueError.
     """
     run_dir = Path(run_dir)
     if n < 1:
         raise ValueError(f"n={n} must be at least 1")
     if not run_dir.is_dir():
         raise ValueError(f"run_dir {run_dir} is not a directory")
-    checkpoints: list[tuple[int, Path]] = []
-    for path in run_dir.iterdir():
-        match = _CHECKPOINT_DIR_PATTERN.match(path.name)
-        if match is None or not path.is_dir():
-            continue
-        # A checkpoint the Trainer is still writing, or one saved without safetensors.
-        if not (path / WEIGHTS_NAME).is_file():
-            logger.warning("Skipping %s: it has no %s", path, WEIGHTS_NAME)
-            continue
-        checkpoints.append((int(match.group(1)), path))
+    checkpoints = last_complete_checkpoints(run_dir, n)
     if not checkpoints:
-        raise ValueError(f"no checkpoint-STEP folder with a {WEIGHTS_NAME} in run_dir {run_dir}")
-    checkpoints.sort()
+        raise ValueError(f"no complete checkpoint-STEP folder in run_dir {run_dir}")
     if len(checkpoints) < n:
         logger.warning("Asked for the last %d checkpoints of %s, but there are only %d", n, run_dir, len(checkpoints))
-    return [path for _, path in checkpoints[-n:]]
+    return checkpoints
 
 
 def main(argv: Sequence[str] | None = None) -> None:

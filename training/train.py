@@ -8,6 +8,7 @@ A recipe file gives defaults; arguments after it override them. With no data nam
 """
 
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -25,11 +26,21 @@ import hf_vaswani
 
 from .arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
+from .cli import (
+    UsageError,
+    check_model_dir,
+    check_output_dir,
+    one_line,
+    recipe_to_argv,
+    split_recipe,
+    unknown_options_message,
+)
+from .checkpoints import checkpoint_name, last_complete_checkpoint
 from .data import load_parallel_data
 from .decoding import translate
 from .model_card import write_model_card
-from .tokenizer import load_or_train_tokenizer
-from .trainer import TimeBudgetCallback, VaswaniTrainer, last_complete_checkpoint, paper_learning_rate
+from .tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
+from .trainer import TimeBudgetCallback, VaswaniTrainer, paper_learning_rate
 
 logger = logging.getLogger(__name__)
 
@@ -37,30 +48,112 @@ logger = logging.getLogger(__name__)
 # ---- arguments ------------------------------------------------------------------------------------------------------
 
 
-def _file_to_argv(path: Path) -> list[str]:
-    """A JSON/YAML recipe as command-line arguments, so that later arguments can override it."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
+class _TrainArgumentParser(HfArgumentParser):
+    """HfArgumentParser whose errors are UsageErrors (one line) and that names the recipe a bad value came from."""
 
-        values = yaml.safe_load(text)
-    else:
-        values = json.loads(text)
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: a recipe must be a mapping of argument names to values")
-    argv = []
-    for key, value in values.items():
-        values_list = value if isinstance(value, list) else [value]
-        argv += [f"--{key}", *(str(v) for v in values_list)]
-    return argv
+    recipe: Path | None = None
+    recipe_keys: frozenset[str] = frozenset()
+    command_line: tuple[str, ...] = ()
+
+    def error(self, message: str):
+        option = message.split(":", 1)[0].removeprefix("argument ").split("/")[0].strip()
+        name = option.removeprefix("--")
+        from_recipe = name in self.recipe_keys and not any(t.split("=")[0] == option for t in self.command_line)
+        where = f"{self.recipe}: key {name!r}: " if from_recipe else ""
+        raise UsageError(f"{where}{message} (see vaswani-train --help)")
+
+
+def _unknown_recipe_keys_message(recipe: Path, unknown: list[str], known: set[str]) -> str:
+    names = sorted(option.removeprefix("--") for option in known if option.startswith("--"))
+    close = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else "; vaswani-train --help lists the valid names"
+    more = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+    return f"{recipe}: unknown key {unknown[0]!r}{more}{hint}"
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
+    """`[RECIPE] [--option value ...]`: RECIPE is a JSON/YAML file or the name of a shipped recipe (toy, multi30k);
+    options after it override its values. Options are matched exactly (no prefixes: a recipe's "max_step" is an
+    error, not max_steps), and every mistake is a UsageError naming the recipe file or the option."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0].endswith((".json", ".yaml", ".yml")):
-        argv = _file_to_argv(Path(argv[0])) + argv[1:]
-    parser = HfArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
-    return parser.parse_args_into_dataclasses(args=argv)
+    recipe, values, rest = split_recipe(argv)
+    parser = _TrainArgumentParser(
+        (ModelArguments, DataArguments, VaswaniTrainingArguments), prog="vaswani-train", allow_abbrev=False
+    )
+    parser.recipe, parser.recipe_keys, parser.command_line = recipe, frozenset(values), tuple(rest)
+    known = set(parser._option_string_actions)  # every spelling the parser accepts, aliases and --no_* included
+    unknown = [key for key in values if f"--{key}" not in known]
+    if unknown:
+        raise UsageError(_unknown_recipe_keys_message(recipe, unknown, known))
+    try:
+        *arguments, remaining = parser.parse_args_into_dataclasses(
+            args=recipe_to_argv(values) + rest, return_remaining_strings=True
+        )
+    except UsageError:
+        raise
+    except ValueError as error:  # the dataclasses' own checks (ours and Seq2SeqTrainingArguments')
+        raise UsageError(f"{one_line(error)} (see vaswani-train --help)") from error
+    if remaining:
+        raise UsageError(unknown_options_message(remaining, known, where="") + " (see vaswani-train --help)")
+    return tuple(arguments)
+
+
+def check_arguments(model_args: ModelArguments, data_args: DataArguments, training_args) -> None:
+    """What can be checked before any data is read or model built; every failure is one UsageError line."""
+    if model_args.model_name_or_path:
+        check_model_dir(model_args.model_name_or_path, "--model_name_or_path")
+    else:
+        load_preset(model_args.preset)
+    check_output_dir(training_args.output_dir, "--output_dir")
+    for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
+        value = getattr(data_args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be 1 or more (leave it out to use the whole split)")
+    for name in ("max_source_length", "max_target_length"):
+        if getattr(data_args, name) < 2:
+            raise UsageError(f"--{name} {getattr(data_args, name)}: must be at least 2 (a token and the EOS)")
+    resume = training_args.resume_from_checkpoint
+    if resume in ("True", "true", "last") and last_complete_checkpoint(Path(training_args.output_dir)) is None:
+        raise UsageError(
+            f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in {training_args.output_dir}; "
+            "start without --resume_from_checkpoint"
+        )
+    check_saved_tokenizer(model_args, data_args, training_args)
+
+
+def check_saved_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args) -> None:
+    """A tokenizer already in output_dir is reused (a run continues with its own token ids) only when it was
+    trained with this run's --vocab_size and --bpe_min_frequency, as recorded when it was written; a tokenizer with
+    no record (a run of an older version, or files copied in by hand) is not trusted unless the run resumes."""
+    if model_args.tokenizer_name_or_path or model_args.model_name_or_path:
+        return  # the tokenizer comes from there, not from output_dir
+    output_dir = Path(training_args.output_dir)
+    if not (output_dir / "tokenizer.json").is_file():
+        return
+    record_path = output_dir / TRAINED_WITH_FILE
+    fix = f"choose another --output_dir, or delete {output_dir} to train a new tokenizer"
+    if not record_path.is_file():
+        if training_args.resume_from_checkpoint:
+            return
+        raise UsageError(
+            f"--output_dir {output_dir} already holds a tokenizer.json with no record of how it was trained "
+            f"({TRAINED_WITH_FILE}); {fix}, or pass --tokenizer_name_or_path {output_dir} to reuse it"
+        )
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    wanted = {"vocab_size": model_args.vocab_size, "min_frequency": model_args.bpe_min_frequency}
+    options = {"vocab_size": "--vocab_size", "min_frequency": "--bpe_min_frequency"}
+    if data_args.source_lang:
+        wanted.update(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
+        options.update(source_lang="--source_lang", target_lang="--target_lang")
+    for key, value in wanted.items():
+        if record.get(key) != value:
+            raise UsageError(
+                f"{options[key]} {value}: the tokenizer already in --output_dir {output_dir} was trained with "
+                f"{key}={record.get(key)}; {fix}, or pass {options[key]} {record.get(key)} to continue with it"
+            )
 
 
 # ---- model ----------------------------------------------------------------------------------------------------------
@@ -70,7 +163,9 @@ def load_preset(preset: str) -> dict:
     path = Path(preset) if preset.endswith(".json") else PRESETS_DIR / f"{preset}.json"
     if not path.is_file():
         names = sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
-        raise ValueError(f"--preset {preset!r}: no file {path}; presets are {names} or a path to a config JSON")
+        close = difflib.get_close_matches(preset, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(f"--preset {preset}: no file {path}; presets are {', '.join(names)} or a path to a config JSON{hint}")
     return json.loads(path.read_text())
 
 
@@ -91,14 +186,14 @@ def preset_config(preset: str, tokenizer, **overrides) -> hf_vaswani.VaswaniConf
 def check_tokenizer_fits(tokenizer, config) -> None:
     """A vocabulary larger than the embedding would fail deep inside nn.Embedding; say so up front."""
     if len(tokenizer) > config.vocab_size:
-        raise ValueError(
+        raise UsageError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}: ids "
             f">= {config.vocab_size} have no embedding. Use the model's own tokenizer or resize the model with "
             "model.resize_token_embeddings(len(tokenizer))."
         )
     for name in ("pad_token_id", "eos_token_id"):
         if getattr(tokenizer, name) != getattr(config, name):
-            raise ValueError(
+            raise UsageError(
                 f"tokenizer.{name}={getattr(tokenizer, name)} differs from the model config's "
                 f"{name}={getattr(config, name)}"
             )
@@ -180,7 +275,7 @@ def tokenize_splits(raw, tokenizer, data_args: DataArguments, source_lang: str, 
             where = f"{too_long} of {len(encoded)} training pairs exceed --max_source_length/--max_target_length"
             if data_args.long_sentences == "error":
                 first = int(np.argmax(encoded["too_long"]))
-                raise ValueError(f"{where} (the first is pair {first}); --long_sentences error stops here")
+                raise UsageError(f"{where} (the first is pair {first}); --long_sentences error stops here")
             if data_args.long_sentences == "skip":
                 encoded = encoded.filter(lambda flags: [not f for f in flags], input_columns="too_long", batched=True)
                 logger.warning("%s: skipped them (--long_sentences skip)", where)
@@ -229,6 +324,7 @@ def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments(argv)
+    check_arguments(model_args, data_args, training_args)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
@@ -330,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_result = trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.monotonic() - train_started
     # The last step is always a checkpoint, so averaging includes the final weights.
-    if training_args.save_strategy != "no" and not (output_dir / f"checkpoint-{trainer.state.global_step}").is_dir():
+    if training_args.save_strategy != "no" and not (output_dir / checkpoint_name(trainer.state.global_step)).is_dir():
         trainer._save_checkpoint(trainer.model, trial=None)
     # --push_to_hub: let any background checkpoint upload finish before the folder is rewritten with the averaged
     # model below; the final model and its card are pushed at the end.
@@ -440,5 +536,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    main()
+    from .cli import train as train_command
+
+    sys.exit(train_command())

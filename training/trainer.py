@@ -10,35 +10,35 @@ And crash-safe checkpoints: the stock Trainer writes `checkpoint-N` file by file
 leaves a half-written folder that `get_last_checkpoint` picks, and every resume then dies on it (FileNotFoundError
 for trainer_state.json, or a safetensors header error) until someone deletes it by hand. Here a checkpoint is
 written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once every file is on disk, and resuming skips or
-refuses, naming the file, folders that are incomplete anyway (older runs, copies).
+refuses, naming the file, folders that are incomplete anyway (older runs, copies). What a complete checkpoint is
+and how it is written lives in training/checkpoints.py.
 """
 
 import copy
-import json
 import logging
 import math
 import os
-import re
 import shutil
 import time
-from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, rotate_checkpoints
+from transformers.trainer_utils import SaveStrategy, rotate_checkpoints
 
 from .batching import TokenBatchSampler
+from .checkpoints import (
+    checkpoint_name,
+    checkpoint_problem,
+    last_complete_checkpoint,
+    publish,
+    staging_dir_for,
+    stale_staging_dirs,
+)
 
 logger = logging.getLogger(__name__)
-
-_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-# The staging name does not match `checkpoint-*`, so neither resuming, rotation nor averaging ever sees it, and
-# it is hidden, so training/push.py leaves it out of an upload.
-STAGING_PREFIX = ".tmp-"
 
 
 class NonFiniteLossError(RuntimeError):
@@ -47,93 +47,6 @@ class NonFiniteLossError(RuntimeError):
 
 class NonFiniteGradientError(NonFiniteLossError):
     """The loss was finite but its gradients were not (an overflow in the backward pass); no update was made."""
-
-
-# ---- checkpoint integrity ------------------------------------------------------------------------------------------
-
-
-def checkpoint_problem(checkpoint_dir: str | os.PathLike) -> str | None:
-    """Why `checkpoint_dir` cannot be resumed from, or None when it is a complete checkpoint.
-
-    trainer_state.json is the last file a save writes (stock Trainer and `VaswaniTrainer` alike), so its presence
-    means the weights, optimizer, scheduler and RNG states before it were written too. The headers of the
-    safetensors files are read as well, which catches truncated files; safetensors has no checksum, so flipped
-    bits inside the tensor data are not detected.
-    """
-    checkpoint_dir = Path(checkpoint_dir)
-    if not checkpoint_dir.is_dir():
-        return f"{checkpoint_dir} is not a directory"
-    state_file = checkpoint_dir / TRAINER_STATE_NAME
-    if not state_file.is_file():
-        return f"{state_file} is missing (the Trainer writes it last: the save was interrupted)"
-    try:
-        json.loads(state_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        return f"{state_file} is not valid JSON ({error})"
-    for weights_file in sorted(checkpoint_dir.glob("*.safetensors")):
-        try:
-            with safe_open(str(weights_file), framework="pt") as weights:
-                weights.keys()
-        except (SafetensorError, OSError) as error:
-            return f"{weights_file} is truncated or corrupted ({error})"
-    return None
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The `checkpoint-N` folder of `output_dir` with the highest N that is complete, or None.
-
-    A drop-in for `transformers.trainer_utils.get_last_checkpoint` that skips, with a warning, the folders
-    `checkpoint_problem` objects to instead of returning them.
-    """
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    candidates = []
-    for path in output_dir.iterdir():
-        match = _CHECKPOINT_NAME.match(path.name)
-        if match is not None and path.is_dir():
-            candidates.append((int(match.group(1)), path))
-    for _, path in sorted(candidates, reverse=True):
-        problem = checkpoint_problem(path)
-        if problem is None:
-            return str(path)
-        logger.warning("Skipping incomplete checkpoint %s: %s", path, problem)
-    return None
-
-
-def _fsync(path: str, directory: bool = False) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        if directory:
-            return  # folders cannot be opened on Windows; there the rename is what makes the entries visible
-        raise
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _publish_checkpoint(staging_dir: str, output_dir: str) -> None:
-    """Rename the finished `staging_dir` to `output_dir` after flushing it to disk, replacing an older copy."""
-    # A rename is only atomic for what has reached the disk: flush the files, then the folders holding them.
-    for root, _, files in os.walk(staging_dir):
-        for name in files:
-            _fsync(os.path.join(root, name))
-    for root, _, _ in os.walk(staging_dir, topdown=False):
-        _fsync(root, directory=True)
-    if os.path.exists(output_dir):
-        # The same step saved again (a run resumed from an earlier checkpoint): a rename cannot replace a
-        # non-empty folder, so the old one moves aside first. Until the second rename, resuming finds an older
-        # complete checkpoint, never a partial one.
-        retired_dir = os.path.join(os.path.dirname(output_dir), f"{STAGING_PREFIX}old-{os.path.basename(output_dir)}")
-        shutil.rmtree(retired_dir, ignore_errors=True)
-        os.replace(output_dir, retired_dir)
-        os.replace(staging_dir, output_dir)
-        shutil.rmtree(retired_dir, ignore_errors=True)
-    else:
-        os.replace(staging_dir, output_dir)
-    _fsync(os.path.dirname(os.path.abspath(output_dir)), directory=True)
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -268,7 +181,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         (the stock code loads its weights first and then fails on whichever file is missing or cut short).
         """
         if self.args.should_save:
-            for stale in sorted(Path(self.args.output_dir).glob(f"{STAGING_PREFIX}*{PREFIX_CHECKPOINT_DIR}-*")):
+            for stale in stale_staging_dirs(self.args.output_dir):
                 logger.warning("Removing %s, left by an interrupted save", stale)
                 shutil.rmtree(stale, ignore_errors=True)
         if resume_from_checkpoint is True:
@@ -285,17 +198,23 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """The stock `Trainer._save_checkpoint` (weights, optimizer, scheduler, scaler, RNG, trainer state, then
-        rotation), written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once all of it is on disk.
+        """The stock `Trainer._save_checkpoint` of transformers 5.23 (weights, optimizer, scheduler, scaler, RNG,
+        trainer state, push, rotation), written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once all of
+        it is on disk: a crash at any point leaves either the complete `checkpoint-N` or no `checkpoint-N` at all.
 
-        A crash at any point leaves either the complete `checkpoint-N` or no `checkpoint-N` at all.
+        Forked because the stock method builds the folder path inline and writes each file straight into it, and
+        the only callback, `on_save`, runs after the whole save (rotation included); no hook can redirect it.
+        What the fork changes, and nothing else: (1) it writes into the staging folder, removing a stale one
+        first; (2) `best_model_checkpoint` may name the current step, whose folder exists only once published;
+        (3) every process waits (`accelerator.wait_for_everyone`) before the rename, then the main process
+        `publish`es the folder (fsync, rename); (4) the Hub push and the rotation see the published folder.
+        Re-read the stock method when upgrading transformers.
         """
         if self.hp_search_backend is None and trial is None:
             self.store_flos()
         run_dir = self._get_output_dir(trial=trial)
-        checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        output_dir = os.path.join(run_dir, checkpoint_folder)
-        staging_dir = os.path.join(run_dir, f"{STAGING_PREFIX}{checkpoint_folder}")
+        output_dir = os.path.join(run_dir, checkpoint_name(self.state.global_step))
+        staging_dir = str(staging_dir_for(output_dir))
         if self.args.should_save and os.path.exists(staging_dir):
             logger.warning("Removing %s, left by an interrupted save", staging_dir)
             shutil.rmtree(staging_dir)
@@ -307,7 +226,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.state.best_global_step
         ):
             self.accelerator.wait_for_everyone()
-            best_checkpoint_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
+            best_checkpoint_dir = os.path.join(run_dir, checkpoint_name(self.state.best_global_step))
             # The current step's folder is still staged; it exists under its final name once published.
             if self.state.best_global_step == self.state.global_step or os.path.exists(best_checkpoint_dir):
                 self.state.best_model_checkpoint = best_checkpoint_dir
@@ -331,7 +250,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.accelerator.wait_for_everyone()
         # With save_on_each_node on a shared disk, another node may have published it already.
         if self.args.should_save and os.path.isdir(staging_dir):
-            _publish_checkpoint(staging_dir, output_dir)
+            publish(staging_dir, output_dir)
         self.accelerator.wait_for_everyone()
 
         if self.args.push_to_hub:
