@@ -82,7 +82,12 @@ from transformers import (  # noqa: E402
 )
 
 import hf_vaswani  # noqa: E402
-from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, sinusoidal_position_encoding  # noqa: E402
+from hf_vaswani import (  # noqa: E402
+    VaswaniConfig,
+    VaswaniForConditionalGeneration,
+    preset_config,
+    sinusoidal_position_encoding,
+)
 from hf_vaswani_training.arguments import VaswaniTrainingArguments  # noqa: E402
 from hf_vaswani_training.batching import TokenBatchSampler  # noqa: E402
 from hf_vaswani_training.data import load_parallel_data  # noqa: E402
@@ -122,7 +127,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=RESULTS_DIR / "cache", help="tokenizer, ids, warm weights")
     parser.add_argument("--model-dir", type=Path, default=None, help="a trained hf_vaswani folder to use as weights")
     parser.add_argument("--vocab-size", type=int, default=8000, help="joint BPE size")
-    parser.add_argument("--preset", default="small", help="training/configs preset for the architecture")
+    parser.add_argument("--preset", default="small", help="hf_vaswani preset for the architecture")
     parser.add_argument("--warm-steps", type=int, default=None, help="steps of warm-up training (default 400)")
     parser.add_argument("--max-tokens", type=int, default=None, help="TokenBatchSampler max_tokens (default 4096)")
     parser.add_argument("--train-batches", type=int, default=None, help="batches per timed training pass (default 3)")
@@ -256,8 +261,6 @@ def token_batches(ids, max_tokens: int, count: int | None, seed: int) -> list[li
 
 
 def vaswani_config(args, tokenizer) -> VaswaniConfig:
-    from hf_vaswani_training.train import preset_config
-
     return preset_config(args.preset, tokenizer)
 
 

@@ -14,6 +14,7 @@ from .modeling_vaswani import (
     VaswaniPreTrainedModel,
     sinusoidal_position_encoding,
 )
+from .presets import load_preset, preset_config, preset_names
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
 AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)
@@ -32,5 +33,8 @@ __all__ = [
     "VaswaniGenerationMixin",
     "VaswaniModel",
     "VaswaniPreTrainedModel",
+    "load_preset",
+    "preset_config",
+    "preset_names",
     "sinusoidal_position_encoding",
 ]

@@ -1,12 +1,10 @@
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-
-CONFIGS = Path(__file__).resolve().parents[1] / "training" / "configs"
+from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, load_preset, preset_config, preset_names
+from hf_vaswani.presets import PRESETS_DIR
 
 
 def test_defaults_are_the_papers_base_model():
@@ -52,13 +50,38 @@ def test_int_zero_is_accepted_for_float_fields():
 
 @pytest.mark.parametrize("name", ["tiny", "small", "base", "big"])
 def test_presets_load(name):
-    values = json.loads((CONFIGS / f"{name}.json").read_text())
-    config = VaswaniConfig.from_dict(values)
+    values = json.loads((PRESETS_DIR / f"{name}.json").read_text())
+    config = preset_config(name)
     assert config.model_type == "vaswani" and config.d_model == values["d_model"]
+    assert config.to_dict() == VaswaniConfig.from_dict(values).to_dict()
+
+
+def test_preset_config_takes_the_tokenizers_ids_then_the_overrides(tmp_path):
+    tokenizer = type(
+        "Tokenizer", (), {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "__len__": lambda _: 321}
+    )()
+    config = preset_config("tiny", tokenizer, dropout=0.3)
+    assert (config.vocab_size, config.pad_token_id, config.eos_token_id, config.decoder_start_token_id) == (
+        321,
+        1,
+        2,
+        0,
+    )
+    assert config.dropout == 0.3 and config.d_model == load_preset("tiny")["d_model"]
+    # A path to a config JSON is a preset too.
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({**load_preset("tiny"), "d_model": 32}))
+    assert preset_config(str(path)).d_model == 32
+
+
+def test_an_unknown_preset_lists_the_shipped_ones():
+    assert preset_names() == ["base", "big", "small", "tiny", "toy"]
+    with pytest.raises(ValueError, match="preset huge: .*presets are base, big, small, tiny, toy"):
+        load_preset("huge")
 
 
 def _count_parameters(preset: str) -> int:
-    values = json.loads((CONFIGS / f"{preset}.json").read_text())
+    values = load_preset(preset)
     values["vocab_size"] = 37000  # the paper's shared BPE vocabulary for WMT 2014 English-German
     with torch.device("meta"):
         model = VaswaniForConditionalGeneration(VaswaniConfig.from_dict(values))

@@ -7,14 +7,11 @@ penalty, a wall-clock budget). Every default can be overridden on the command li
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy
 from transformers.training_args import SchedulerType
-
-PRESETS_DIR = Path(__file__).resolve().parent / "configs"
 
 
 @dataclass
@@ -22,7 +19,7 @@ class ModelArguments:
     preset: str = field(
         default="base",
         metadata={
-            "help": "Architecture: a preset name under training/configs (tiny, small, base, big, toy) or a path "
+            "help": "Architecture: a preset of hf_vaswani/presets (tiny, small, base, big, toy) or a path "
             "to a config JSON. Ignored when --model_name_or_path is given."
         },
     )

@@ -24,7 +24,7 @@ from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgume
 
 import hf_vaswani
 
-from .arguments import PRESETS_DIR, DataArguments, ModelArguments, VaswaniTrainingArguments
+from .arguments import DataArguments, ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
 from .cli import (
     UsageError,
@@ -160,27 +160,13 @@ def check_saved_tokenizer(model_args: ModelArguments, data_args: DataArguments, 
 
 
 def load_preset(preset: str) -> dict:
-    path = Path(preset) if preset.endswith(".json") else PRESETS_DIR / f"{preset}.json"
-    if not path.is_file():
-        names = sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
-        close = difflib.get_close_matches(preset, names, n=1)
+    """`hf_vaswani.load_preset`, with a one-line --preset error naming the closest preset."""
+    try:
+        return hf_vaswani.load_preset(preset)
+    except ValueError as error:
+        close = difflib.get_close_matches(preset, hf_vaswani.preset_names(), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UsageError(f"--preset {preset}: no file {path}; presets are {', '.join(names)} or a path to a config JSON{hint}")
-    return json.loads(path.read_text())
-
-
-def preset_config(preset: str, tokenizer, **overrides) -> hf_vaswani.VaswaniConfig:
-    """A preset's architecture with the tokenizer's vocabulary size and special ids (and any overrides)."""
-    values = load_preset(preset)
-    values.update(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-        **overrides,
-    )
-    return hf_vaswani.VaswaniConfig.from_dict(values)
+        raise UsageError(f"--{error}{hint}") from None
 
 
 def check_tokenizer_fits(tokenizer, config) -> None:
@@ -209,7 +195,7 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         if model_args.dropout is not None:
             model.config.dropout = model_args.dropout
     else:
-        config = preset_config(
+        config = hf_vaswani.preset_config(
             model_args.preset,
             tokenizer,
             max_position_embeddings=max(
