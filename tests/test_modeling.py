@@ -401,3 +401,126 @@ def test_loss_only_gives_the_same_loss_and_gradients():
         torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=name)
     with pytest.raises(ValueError, match="loss_only=True needs labels"):
         short(input_ids=input_ids, decoder_input_ids=labels.clamp(min=0), loss_only=True)
+
+
+# ---- Hugging Face conventions the common model tests check (issue 11, defects a-d) ----------------------------------
+
+
+@torch.no_grad()
+def test_return_dict_false_gives_the_same_tensors_as_a_tuple(model):
+    input_ids, decoder_input_ids = _batch()
+    inputs = dict(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
+    for module in (model, model.model):
+        as_dict = module(**inputs)
+        as_tuple = module(**inputs, return_dict=False)
+        assert isinstance(as_tuple, tuple)
+        # The tuple is the output class's non-None fields in order, so its first entry is logits/last_hidden_state.
+        torch.testing.assert_close(as_tuple[0], as_dict[0])
+        assert len(as_tuple) == len(as_dict.to_tuple())
+    # A config-wide return_dict=False must not break the encoder -> decoder hand-over either.
+    model.config.return_dict = False
+    as_tuple = model(**inputs)
+    assert isinstance(as_tuple, tuple)
+    torch.testing.assert_close(as_tuple[0], model(**inputs, return_dict=True).logits)
+
+
+@torch.no_grad()
+def test_decoder_alone_skips_cross_attention_and_stays_causal(model):
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    decoder = model.get_decoder()
+    _, target = _batch(target_length=7)
+    full = decoder(input_ids=target, use_cache=False).last_hidden_state
+
+    # Incremental decoding with a cache gives the full forward's states, and the cache holds one entry per token.
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    steps = []
+    for t in range(target.shape[1]):
+        out = decoder(input_ids=target[:, t : t + 1], past_key_values=cache, use_cache=True)
+        steps.append(out.last_hidden_state)
+        cache = out.past_key_values
+    assert cache.self_attention_cache.get_seq_length() == target.shape[1]
+    assert cache.cross_attention_cache.get_seq_length() == 0
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+    # Causal: changing token 5 leaves positions 0..4 unchanged.
+    changed = target.clone()
+    changed[:, 5] = 3 + (changed[:, 5] - 2) % 61
+    other = decoder(input_ids=changed, use_cache=False).last_hidden_state
+    torch.testing.assert_close(other[:, :5], full[:, :5], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(other[:, 5:], full[:, 5:])
+
+    # The same as running each layer's self-attention and feed-forward by hand, with no encoder-decoder attention.
+    hidden = decoder.embed_tokens(target) + decoder.embed_positions(torch.arange(target.shape[1]).expand(3, -1))
+    mask = torch.full((7, 7), torch.finfo(hidden.dtype).min).triu(1)
+    for layer in decoder.layers:
+        attended, _ = layer.self_attn(hidden, attention_mask=mask[None, None])
+        hidden = layer.self_attn_layer_norm(hidden + attended)
+        hidden = layer.final_layer_norm(hidden + layer.feed_forward(hidden))
+    torch.testing.assert_close(full, hidden, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_inputs_embeds_from_the_input_embeddings_equal_input_ids(model):
+    input_ids, decoder_input_ids = _batch()
+    embeddings = model.get_input_embeddings()
+    expected = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
+    logits = model(inputs_embeds=embeddings(input_ids), decoder_inputs_embeds=embeddings(decoder_input_ids)).logits
+    torch.testing.assert_close(logits, expected, atol=1e-6, rtol=1e-6)
+    # The scale is sqrt(d_model) (§3.4), applied once, inside the module that holds the one shared matrix.
+    assert torch.equal(embeddings(input_ids), model.model.shared.weight[input_ids] * math.sqrt(model.config.d_model))
+    assert model.model.encoder.embed_tokens.weight is embeddings.weight is model.lm_head.weight
+
+
+def test_scaled_embedding_keeps_weight_names_and_tying_through_save_and_load(model, tmp_path):
+    from safetensors.torch import load_file
+
+    from hf_vaswani import VaswaniForConditionalGeneration
+
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    # Stored once, under the name folders written before the scale moved into the module use.
+    assert "model.shared.weight" in saved
+    assert not any(name.endswith("embed_scale") for name in saved)
+    loaded = VaswaniForConditionalGeneration.from_pretrained(tmp_path).eval()
+    shared = loaded.model.shared.weight
+    assert loaded.lm_head.weight is shared and loaded.model.decoder.embed_tokens.weight is shared
+    assert loaded.model.encoder.embed_tokens.embed_scale == pytest.approx(math.sqrt(loaded.config.d_model))
+    input_ids, decoder_input_ids = _batch()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits,
+            model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits,
+        )
+
+
+def test_scale_embedding_false_means_no_scale():
+    model = tiny_model(scale_embedding=False)
+    input_ids, _ = _batch()
+    assert torch.equal(model.get_input_embeddings()(input_ids), model.model.shared.weight[input_ids])
+
+
+@pytest.mark.slow
+def test_greedy_generate_with_static_cache_compiles_fullgraph():
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    model = tiny_model(seed=3)
+    input_ids, _ = _batch(batch=2)
+    expected = model.generate(input_ids, num_beams=1, do_sample=False, max_new_tokens=6)
+    # fullgraph=True makes any graph break (a Python branch on a tensor value) an error. The "eager" backend runs
+    # dynamo's tracing, which is what fullgraph checks, without inductor's code generation (minutes on a busy CPU).
+    # On CPU, generate() compiles only when told it may (_compile_all_devices, as transformers' own tests do).
+    compile_config = CompileConfig(fullgraph=True, backend="eager")
+    compile_config._compile_all_devices = True
+    torch._dynamo.utils.counters.clear()
+    output = model.generate(
+        input_ids,
+        num_beams=1,
+        do_sample=False,
+        max_new_tokens=6,
+        cache_implementation="static",
+        compile_config=compile_config,
+    )
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile, not fall back
+    assert torch.equal(output, expected)
