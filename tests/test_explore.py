@@ -1,0 +1,195 @@
+"""The attention explorer's functions, without a browser (tests/test_explore_browser.py drives the page itself)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vaswani import sinusoidal_position_encoding
+from hf_vaswani_training.attention_plot import display_tokens
+from tests.conftest import REPO_ROOT, tiny_model
+
+pytest.importorskip("gradio", reason='the explorer needs gradio: pip install -e ".[dev]"')
+
+from hf_vaswani_training import explore  # noqa: E402
+
+SENTENCE = "The old dog does not sleep in the green garden ."
+MAX_SOURCE_TOKENS = 40  # the tokenizer's model_max_length: long sentences are cut to this
+
+
+def make_model_folder(folder: Path, max_length_offset: int = 8) -> Path:
+    """A complete model folder in seconds: a BPE tokenizer trained on toy-corpus sentences and a tiny model with
+    random weights. Random weights give outputs that differ by head, layer and decoding (a model trained for a few
+    steps ends every sentence at once); the generation config is the paper's (beam 4, GNMT 0.6) with a short
+    length limit so beam search stays fast."""
+    from hf_vaswani_training.tokenizer import train_joint_bpe
+    from hf_vaswani_training.toy_corpus import generate_corpus
+
+    corpus = generate_corpus(num_train=300, num_validation=0, num_test=0)["train"]
+    texts = [text for pair in corpus for text in (pair["en"], pair["tt"])]
+    tokenizer = train_joint_bpe(texts, vocab_size=300, model_max_length=MAX_SOURCE_TOKENS)
+    model = tiny_model(
+        seed=0,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    model.generation_config.max_length_offset = max_length_offset
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model_folder(tmp_path_factory.mktemp("explore-model"))
+
+
+@pytest.fixture(scope="module")
+def explorer(model_dir):
+    return explore.load_explorer(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    """The model and tokenizer loaded independently of the explorer (stock sdpa attention, row-dropping decoding)."""
+    return AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+def test_model_problem_names_the_folder_and_the_missing_piece(tmp_path, model_dir):
+    assert explore.model_problem(str(model_dir)) is None
+    assert explore.model_problem("someone/some-model") is None  # a Hub id: checked by loading it
+    assert "no config.json" in explore.model_problem(str(tmp_path))
+    assert "no such folder" in explore.model_problem(str(tmp_path / "missing"))
+    (tmp_path / "notes.txt").write_text("x")
+    assert "is a file" in explore.model_problem(str(tmp_path / "notes.txt"))
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    assert "not an encoder-decoder" in explore.model_problem(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"model_type": "vaswani", "is_encoder_decoder": true}')
+    assert "no weights" in explore.model_problem(str(tmp_path))
+    with pytest.raises(explore.ExplorerError, match="no weights"):
+        explore.load_explorer(str(tmp_path))
+
+
+def test_translation_is_generates_best_and_scores_follow_the_gnmt_formula(explorer, reference):
+    model, tokenizer = reference
+    inputs = tokenizer(SENTENCE, return_tensors="pt")
+    expected = model.generate(**inputs, num_beams=4, num_return_sequences=3)
+    result = explorer_translate(explorer, num_beams=4, n_best=3, gnmt=True, alpha=0.6)
+    assert [h["text"] for h in result.hypotheses] == tokenizer.batch_decode(expected, skip_special_tokens=True)
+    for hypothesis in result.hypotheses:
+        # The beam score is log P / ((5 + |Y|) / 6) ** alpha, |Y| counting EOS (§6.1, Wu et al. 2016).
+        penalty = ((5 + hypothesis["tokens"]) / 6) ** 0.6
+        assert hypothesis["score"] == pytest.approx(hypothesis["log_prob"] / penalty, abs=1e-3)
+    scores = [h["score"] for h in result.hypotheses]
+    assert scores == sorted(scores, reverse=True)
+
+    without = explorer_translate(explorer, num_beams=4, n_best=2, gnmt=False)
+    for hypothesis in without.hypotheses:  # no length penalty: the score is log P itself
+        assert hypothesis["score"] == pytest.approx(hypothesis["log_prob"], abs=1e-3)
+
+    greedy = explorer_translate(explorer, greedy=True, n_best=3)
+    expected = model.generate(**inputs, num_beams=1)
+    assert greedy.text == tokenizer.decode(expected[0], skip_special_tokens=True)
+    assert len(greedy.hypotheses) == 1 and "greedy search gives one" in greedy.notices[0]
+
+
+def explorer_translate(explorer, **options):
+    return explore.translate_sentence(explorer, SENTENCE, **options)
+
+
+def test_attention_weights_are_distributions_with_the_causal_mask(explorer, reference):
+    model, tokenizer = reference
+    result = explorer_translate(explorer, num_beams=4)
+    source_length, target_length = len(result.source_tokens), len(result.target_tokens)
+    assert result.source_tokens == tokenizer.convert_ids_to_tokens(tokenizer(SENTENCE)["input_ids"])
+    config = model.config
+    assert result.encoder.shape == (config.encoder_layers, config.encoder_attention_heads, source_length, source_length)
+    assert result.decoder.shape == (config.decoder_layers, config.decoder_attention_heads, target_length, target_length)
+    assert result.cross.shape == (config.decoder_layers, config.decoder_attention_heads, target_length, source_length)
+    for weights in (result.encoder, result.decoder, result.cross):
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-4)
+    assert np.all(
+        result.decoder[..., np.triu_indices(target_length, k=1)[0], np.triu_indices(target_length, k=1)[1]] == 0
+    )
+    assert result.decoder_input_tokens[0] == tokenizer.bos_token
+    assert result.decoder_input_tokens[1:] == result.target_tokens[:-1]
+    # The rows are the generated tokens (no start token; EOS when the search ended by it, not by the length limit).
+    generated = model.generate(**tokenizer(SENTENCE, return_tensors="pt"), num_beams=4)[0].tolist()[1:]
+    generated = [i for i in generated if i != tokenizer.pad_token_id]
+    assert result.target_tokens == tokenizer.convert_ids_to_tokens(generated)
+    assert model.config._attn_implementation != "eager"  # the explorer's model went back to its own kernel too
+    assert explorer.model.config._attn_implementation == model.config._attn_implementation
+
+
+def test_empty_and_too_long_sentences(explorer, reference):
+    model, tokenizer = reference
+    with pytest.raises(explore.ExplorerError, match="empty"):
+        explore.translate_sentence(explorer, "   ")
+    long = " ".join([SENTENCE] * 8)
+    result = explore.translate_sentence(explorer, long, num_beams=2)
+    assert "cut to its first 40 tokens" in result.notices[-1]
+    assert len(result.source_tokens) == MAX_SOURCE_TOKENS
+    inputs = tokenizer(long, return_tensors="pt", truncation=True)
+    assert result.text == tokenizer.decode(model.generate(**inputs, num_beams=2)[0], skip_special_tokens=True)
+
+
+def test_heatmap_labels_cells_and_views(explorer):
+    result = explorer_translate(explorer, num_beams=4)
+    state = result.as_state()
+    svg, alignment = explore.render_attention(state, "encoder-decoder attention", 1, "2", 0)
+    cells = [float(v) for v in _attribute_values(svg, "data-value")]
+    assert len(cells) == len(result.source_tokens) * len(result.target_tokens)
+    np.testing.assert_allclose(cells, result.cross[1, 2].flatten(), atol=1e-4)
+    for token in display_tokens(result.source_tokens) + display_tokens(result.target_tokens):
+        assert f">{token}</text>" in svg.replace("&lt;", "<").replace("&gt;", ">")
+    mean_svg, _ = explore.render_attention(state, "encoder-decoder attention", 1, "mean", 0)
+    np.testing.assert_allclose(
+        [float(v) for v in _attribute_values(mean_svg, "data-value")], result.cross[1].mean(0).flatten(), atol=1e-4
+    )
+    masked_svg, _ = explore.render_attention(state, "decoder masked self-attention", 0, "mean", None)
+    target_length = len(result.target_tokens)
+    assert masked_svg.count('class="vx-masked"') == target_length * (target_length - 1) // 2
+    assert "attends to" in alignment and display_tokens(result.target_tokens)[0] in alignment
+    hint, none = explore.render_attention(None, "encoder self-attention", 0, "mean", None)
+    assert "Translate a sentence first" in hint and none == ""
+
+
+def _attribute_values(svg: str, name: str) -> list[str]:
+    import re
+
+    return re.findall(rf'{name}="([^"]*)"', svg)
+
+
+def test_position_encoding_view_draws_the_formula(explorer):
+    page = explore.position_encoding_html(16, 64)
+    assert page.count("<image") == 2  # the matrix and the similarity
+    encodings = sinusoidal_position_encoding(torch.arange(16), 64)
+    assert torch.allclose(encodings[3, 0::2], torch.sin(3 / 10000 ** (torch.arange(0, 64, 2) / 64)), atol=1e-6)
+
+
+def test_build_app_with_a_bad_folder_shows_the_error_in_the_page(tmp_path):
+    app = explore.build_app(str(tmp_path))
+    status = [block for block in app.blocks.values() if getattr(block, "elem_id", None) == "model-status"]
+    assert len(status) == 1 and "no config.json" in status[0].value
+
+
+def test_cli_rejects_a_folder_that_is_not_a_model_in_one_line(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "hf_vaswani_training.explore", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 2
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"error: {tmp_path} is not a model folder: it has no config.json (train one with `vaswani-train toy`)"
+    ]
