@@ -5,6 +5,7 @@ their code and write `auto_map`, so saved folders load with `trust_remote_code=T
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import GNMTLengthPenalty, VaswaniGenerationMixin
@@ -14,6 +15,7 @@ from .modeling_vaswani import (
     VaswaniPreTrainedModel,
     sinusoidal_position_encoding,
 )
+from .pipeline_vaswani import VaswaniTranslationPipeline
 from .presets import load_preset, preset_config, preset_names
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
@@ -23,6 +25,9 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+# transformers 5.23 has no translation task; registered, the pipeline's save_pretrained writes `custom_pipelines` into
+# config.json and copies its code, so `pipeline("translation", model=folder, trust_remote_code=True)` finds it.
+PIPELINE_REGISTRY.register_pipeline("translation", VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM)
 
 __version__ = "0.1.0"
 
@@ -33,6 +38,7 @@ __all__ = [
     "VaswaniGenerationMixin",
     "VaswaniModel",
     "VaswaniPreTrainedModel",
+    "VaswaniTranslationPipeline",
     "load_preset",
     "preset_config",
     "preset_names",

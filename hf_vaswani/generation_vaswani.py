@@ -10,7 +10,7 @@ what makes `save_pretrained` copy it with the model's code.
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin, logits_process
+from transformers.generation import GenerationConfig, GenerationMixin, logits_process
 from transformers.generation.stopping_criteria import (
     EosTokenCriteria,
     MaxLengthCriteria,
@@ -80,6 +80,42 @@ _ROW_DROPPING_MODEL_KWARGS = {
 }
 
 
+class VaswaniGenerationConfig(GenerationConfig):
+    """A `GenerationConfig` that tells the values it was given from global defaults that stock tools fill into it.
+
+    `Seq2SeqTrainer.prediction_step` (transformers 5.23) runs `model.generation_config.update(**global_defaults,
+    defaults_only=True)` after each generate(): max_length=20, top_k=50 and twenty more land in the model's own
+    config, every later generate() warns that `max_new_tokens` (from `max_length_offset`) and `max_length` are both
+    set, and `save_pretrained` writes them all to generation_config.json. Here such a fill is remembered: the values
+    are there for whoever asked (the Trainer pads predictions to `max_length`), `to_dict()` (what is saved) leaves
+    them out, and `VaswaniGenerationMixin.generate` unsets them first. Setting a value explicitly makes it kept.
+    """
+
+    def update(self, defaults_only: bool = False, allow_custom_entries: bool = False, **kwargs) -> dict:
+        unset = {key for key in kwargs if defaults_only and hasattr(self, key) and getattr(self, key) is None}
+        unused = super().update(defaults_only=defaults_only, allow_custom_entries=allow_custom_entries, **kwargs)
+        if unset:
+            self.__dict__.setdefault("_filled_defaults", set()).update(unset - unused.keys())
+        return unused
+
+    def __setattr__(self, name, value):
+        filled = self.__dict__.get("_filled_defaults")
+        if filled:
+            filled.discard(name)
+        super().__setattr__(name, value)
+
+    def unset_filled_defaults(self) -> None:
+        """Set the values that `update(..., defaults_only=True)` filled in back to None (unset)."""
+        for key in self.__dict__.pop("_filled_defaults", ()):
+            self.__dict__[key] = None
+
+    def to_dict(self) -> dict:
+        output = super().to_dict()
+        for key in output.pop("_filled_defaults", ()):
+            output.pop(key, None)
+        return output
+
+
 class VaswaniGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (§6.1): beam search with the GNMT length penalty and a maximum
     length of input length + 50, and greedy/beam loops that drop finished rows. Not in Marian.
@@ -95,6 +131,11 @@ class VaswaniGenerationMixin(GenerationMixin):
           batch stops at the longest source + k, unless `max_length`/`max_new_tokens` are passed explicitly.
         Both can be set in `generation_config.json` or passed as keyword arguments.
         """
+        if type(self.generation_config) is GenerationConfig:
+            # In place, so that whoever holds the object still holds the model's config (see VaswaniGenerationConfig).
+            self.generation_config.__class__ = VaswaniGenerationConfig
+        if isinstance(self.generation_config, VaswaniGenerationConfig):
+            self.generation_config.unset_filled_defaults()
         config = generation_config if generation_config is not None else self.generation_config
         offset = kwargs.pop("max_length_offset", getattr(config, "max_length_offset", None))
         if offset is not None:
