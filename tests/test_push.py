@@ -13,6 +13,7 @@ import textwrap
 import pytest
 import torch
 
+from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.push import ModelFolderError, files_to_push, validate_model_folder
 from hf_vaswani_training.train import main
 from tests.conftest import REPO_ROOT
@@ -105,7 +106,7 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error(model_dir, tmp_path):
 
     with pytest.raises(ModelFolderError, match=f"{tmp_path} is not a model folder: it has no config.json"):
         validate_model_folder(tmp_path)
-    with pytest.raises(SystemExit, match=f"error: {tmp_path / 'missing'} is not a folder"):
+    with pytest.raises(UsageError, match=f"{tmp_path / 'missing'} is not a folder"):
         push_main([str(tmp_path / "missing"), "user/x", "--dry-run"])
 
     copy = tmp_path / "copy"

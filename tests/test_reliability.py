@@ -28,6 +28,7 @@ from hf_vaswani import sinusoidal_position_encoding
 from hf_vaswani_training.average_checkpoints import average_checkpoints
 from hf_vaswani_training.average_checkpoints import main as average_main
 from hf_vaswani_training.checkpoints import checkpoint_problem, last_complete_checkpoint
+from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.train import main
 from hf_vaswani_training.trainer import NonFiniteLossError, VaswaniTrainer
 from tests.conftest import REPO_ROOT, tiny_model
@@ -403,7 +404,7 @@ def test_averaging_a_corrupted_checkpoint_names_the_file(tmp_path, how):
     # The command line turns the ValueError into a one-line message, not a traceback. (--run-dir would not pick
     # these folders: save_pretrained writes no trainer_state.json, so they are not complete checkpoints.)
     inputs = [str(tmp_path / "checkpoint-1"), str(tmp_path / "checkpoint-2")]
-    with pytest.raises(SystemExit, match=re.escape(str(bad))):
+    with pytest.raises(UsageError, match=re.escape(str(bad))):
         average_main(["--inputs", *inputs, "--output", str(tmp_path / "averaged")])
 
 

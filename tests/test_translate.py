@@ -10,6 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vaswani
 from hf_vaswani_training.attention_plot import cross_attention, plot_attention
+from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.decoding import translate
 from hf_vaswani_training.train import main as train_main
 from hf_vaswani_training.translate import main
@@ -122,10 +123,10 @@ def test_cli_stdin_greedy_equals_generate_with_one_beam(cli, loaded):
     assert output != translate(model, tokenizer, SENTENCES)  # the paper's beam search differs: --greedy did something
 
 
-def test_cli_invalid_utf8_names_file_and_line(tmp_path):
+def test_cli_invalid_utf8_names_file_and_line(model_dir, tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("A mouse sits .\n\nThe dog runs to the café .\n".encode("latin-1"))
-    returncode, _, message = finish(start_cli(tmp_path / "no-model-needed", "--input", path))
+    returncode, _, message = finish(start_cli(model_dir, "--input", path))
     assert returncode != 0
     assert str(path) in message and "line 3" in message and "UTF-8" in message
 
@@ -157,7 +158,7 @@ def test_n_best_are_tab_separated_on_the_sentences_line(model_dir, loaded, tmp_p
 
 
 def test_cli_rejects_a_layer_outside_the_decoder(model_dir, tmp_path):
-    with pytest.raises(SystemExit) as error:
+    with pytest.raises(UsageError) as error:
         main([str(model_dir), SENTENCES[0], "--attention-plot", str(tmp_path / "a.png"), "--layer", "2"])
     assert "layer=2" in str(error.value) and "0..1" in str(error.value) and "-2..-1" in str(error.value)
     assert not (tmp_path / "a.png").exists()

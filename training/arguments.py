@@ -13,6 +13,8 @@ from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy
 from transformers.training_args import SchedulerType
 
+from .cli import UsageError
+
 
 @dataclass
 class ModelArguments:
@@ -36,6 +38,15 @@ class ModelArguments:
     dropout: float | None = field(default=None, metadata={"help": "Override the preset's residual dropout."})
     attn_implementation: str = field(default="sdpa", metadata={"help": "eager, sdpa, flash_attention_2, ..."})
     trust_remote_code: bool = field(default=False, metadata={"help": "For --model_name_or_path from the Hub."})
+
+    def __post_init__(self):
+        # 4 is the number of special tokens: a smaller vocabulary leaves no room for a single character.
+        if self.vocab_size < 5:
+            raise UsageError(f"--vocab_size {self.vocab_size}: must exceed the 4 special tokens (the paper: 37000)")
+        if self.bpe_min_frequency < 1:
+            raise UsageError(f"--bpe_min_frequency {self.bpe_min_frequency}: must be 1 or more")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise UsageError(f"--dropout {self.dropout}: must be in [0, 1)")
 
 
 @dataclass
@@ -149,15 +160,27 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
                 self.report_to = "none"
         super().__post_init__()
         if self.max_tokens is not None and self.max_tokens < 0:
-            raise ValueError(f"--max_tokens={self.max_tokens} must be positive (or 0 to disable)")
+            raise UsageError(f"--max_tokens={self.max_tokens} must be positive (or 0 to disable)")
         if self.average_last_n < 0:
-            raise ValueError(f"--average_last_n={self.average_last_n} must be >= 0")
+            raise UsageError(f"--average_last_n={self.average_last_n} must be >= 0")
+        # generate() would take 0 beams as "not set" and decode with the generation config's 4.
+        if self.generation_num_beams is not None and self.generation_num_beams < 1:
+            raise UsageError(
+                f"--generation_num_beams {self.generation_num_beams}: must be 1 or more (1 is greedy, the paper's 4)"
+            )
+        if self.max_length_offset < 0:
+            raise UsageError(
+                f"--max_length_offset {self.max_length_offset}: must be 0 or more (outputs may be this many tokens "
+                "longer than their source; the paper's 50)"
+            )
+        if self.eval_max_tokens < 1:
+            raise UsageError(f"--eval_max_tokens {self.eval_max_tokens}: must be 1 or more")
         if (
             self.average_last_n > 1
             and self.save_total_limit is not None
             and self.save_total_limit < self.average_last_n
         ):
-            raise ValueError(
+            raise UsageError(
                 f"--average_last_n={self.average_last_n} needs --save_total_limit >= {self.average_last_n} "
                 f"(got {self.save_total_limit}): the checkpoints to average would be deleted"
             )

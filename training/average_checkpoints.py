@@ -4,14 +4,14 @@ the last 5 checkpoints, which were written at 10-minute intervals", the big mode
 Works on the `checkpoint-STEP` folders that `Seq2SeqTrainer` writes. Only `model.safetensors` is read (never a
 pickle), and the result is a folder that `from_pretrained` loads like any of the inputs.
 
-    python -m training.average_checkpoints --run-dir runs/base --last 5 --output runs/base/averaged
-    python -m training.average_checkpoints --inputs runs/base/checkpoint-90000 runs/base/checkpoint-100000 \
-        --output runs/base/averaged
+    vaswani-average --run-dir runs/base --last 5 --output runs/base/averaged
+    vaswani-average --inputs runs/base/checkpoint-90000 runs/base/checkpoint-100000 --output runs/base/averaged
+
+(`python -m training.average_checkpoints` from a checkout is the same command.)
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import logging
 import shutil
@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .checkpoints import last_complete_checkpoints, publish, staging_dir_for
+from .cli import ArgumentParser, UsageError, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +182,10 @@ def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.average_checkpoints",
+    """Average as the command line says. A user error raises UsageError; vaswani-average prints it as one line and
+    exits with status 2."""
+    parser = ArgumentParser(
+        prog="vaswani-average",
         description="Average the weights of several checkpoints into one model folder (paper §6.1).",
     )
     parser.add_argument("--output", required=True, type=Path, help="folder to write the averaged model to")
@@ -190,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     source.add_argument("--inputs", nargs="+", type=Path, metavar="CKPT", help="checkpoint folders to average")
     source.add_argument("--run-dir", type=Path, help="Trainer output dir whose last checkpoints are averaged")
     parser.add_argument(
-        "--last", type=int, metavar="N", help="with --run-dir: how many checkpoints (paper: 5 base, 20 big)"
+        "--last", type=positive_int, metavar="N", help="with --run-dir: how many checkpoints (paper: 5 base, 20 big)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --output")
     args = parser.parse_args(argv)
@@ -204,9 +207,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         checkpoint_dirs = args.inputs if args.inputs else last_checkpoints(args.run_dir, args.last)
         output_dir = average_checkpoints(checkpoint_dirs, args.output, overwrite=args.overwrite)
+    except UsageError:
+        raise
     except (ValueError, FileExistsError) as error:
         # Bad inputs are the user's to fix: a one-line message, not a traceback.
-        raise SystemExit(f"error: {error}") from None
+        raise UsageError(str(error)) from None
     print(f"Averaged {len(checkpoint_dirs)} checkpoints:")
     for checkpoint_dir in checkpoint_dirs:
         print(f"  {checkpoint_dir}")
@@ -214,4 +219,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from .cli import average as average_command
+
+    sys.exit(average_command())

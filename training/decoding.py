@@ -25,6 +25,47 @@ def _length_sorted_batches(lengths: Sequence[int], max_tokens: int, max_sentence
     return batches
 
 
+# A tokenizer saved without a model_max_length reports this sentinel (transformers' VERY_LARGE_INTEGER) or similar.
+_NO_LIMIT = 10**9
+
+
+def source_length_limit(model, tokenizer, max_source_length: int | None) -> tuple[int | None, str]:
+    """The longest source, in tokens, and where that limit comes from: `max_source_length` when given, else the
+    tokenizer's model_max_length (what training used), else the model's max_position_embeddings."""
+    if max_source_length is not None:
+        return max_source_length, "--max_source_length"
+    model_max_length = getattr(tokenizer, "model_max_length", None)
+    if model_max_length is not None and model_max_length < _NO_LIMIT:
+        return int(model_max_length), "the tokenizer's model_max_length"
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if positions is not None:
+        return int(positions), "the model's max_position_embeddings"
+    return None, ""
+
+
+def _truncate(encoded, limit: int, limit_name: str, special_ids: set[int]) -> None:
+    """Cut sources longer than `limit` tokens to `limit`, keeping a final special token (the EOS the model saw at the
+    end of every training source), and say how many were cut."""
+    cut = 0
+    for index, ids in enumerate(encoded["input_ids"]):
+        if len(ids) <= limit:
+            continue
+        cut += 1
+        kept = ids[: limit - 1] + ids[-1:] if ids[-1] in special_ids else ids[:limit]
+        encoded["input_ids"][index] = kept
+        encoded["attention_mask"][index] = encoded["attention_mask"][index][:limit]
+    if cut:
+        logger.warning(
+            "%d of %d sentences are longer than %d tokens (%s) and were truncated to their first %d tokens; only "
+            "that part is translated (pass --max_source_length to change the limit)",
+            cut,
+            len(encoded["input_ids"]),
+            limit,
+            limit_name,
+            limit,
+        )
+
+
 @torch.no_grad()
 def translate(
     model,
@@ -39,7 +80,9 @@ def translate(
     """Translate `sentences` with `model.generate()` (its generation config unless overridden by kwargs).
 
     Sentences are encoded once, sorted by length into batches of at most `max_tokens` source tokens (beam search
-    multiplies the work by the beam size), and the outputs are put back in input order. With
+    multiplies the work by the beam size), and the outputs are put back in input order. Sources longer than
+    `max_source_length` (default: the tokenizer's model_max_length, else the model's max_position_embeddings) are
+    truncated to it, with a warning that counts them. With
     `num_return_sequences=n > 1` each sentence gets a list of its n outputs, best first.
     """
     num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
@@ -47,7 +90,11 @@ def translate(
         return []
     model.eval()
     device = next(model.parameters()).device
-    encoded = tokenizer(list(sentences), truncation=max_source_length is not None, max_length=max_source_length)
+    limit, limit_name = source_length_limit(model, tokenizer, max_source_length)
+    # One token more than the limit, so that a sentence cut by the tokenizer is told apart from one that fits.
+    encoded = tokenizer(list(sentences), truncation=limit is not None, max_length=None if limit is None else limit + 1)
+    if limit is not None:
+        _truncate(encoded, limit, limit_name, set(tokenizer.all_special_ids))
     lengths = [len(ids) for ids in encoded["input_ids"]]
     batches = _length_sorted_batches(lengths, max_tokens, max_sentences)
     outputs: list = [None] * len(sentences)

@@ -1,7 +1,7 @@
 """Upload a trained model folder to the Hugging Face Hub, as `python -m training.train` wrote it.
 
-    python -m training.push MODEL_DIR REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]
-                                              [--token TOKEN] [--create-pr] [--dry-run]
+    vaswani-push MODEL_DIR REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]
+                                   [--token TOKEN] [--create-pr] [--dry-run]
 
 What goes up: the weights, `config.json` (with `auto_map`), `generation_config.json` (the paper's decoding), the
 code files it names (`configuration_vaswani.py`, `modeling_vaswani.py`, so `trust_remote_code=True` works where
@@ -22,8 +22,11 @@ import argparse
 import fnmatch
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .cli import ArgumentParser, UsageError, check_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ WEIGHT_FILES = (
 )
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(UsageError):
     """The folder given to `training.push` is not a complete, loadable hf-vaswani model folder."""
 
 
@@ -104,7 +107,7 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
     Raises ModelFolderError naming the folder and what is wrong.
     """
     folder = Path(folder)
-    hint = "(expected the output folder of `python -m training.train`)"
+    hint = "(expected the output folder of vaswani-train)"
     if not folder.is_dir():
         raise ModelFolderError(f"{folder} is not a folder {hint}")
     config_path = folder / "config.json"
@@ -112,10 +115,12 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
         raise ModelFolderError(f"{folder} is not a model folder: it has no config.json {hint}")
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise ModelFolderError(f"{folder} is not a model folder: it has no weights ({', '.join(WEIGHT_FILES)})")
+    if (folder / "model.safetensors").is_file():
+        check_safetensors(folder / "model.safetensors")  # a truncated upload would be worse than none
     card = folder / "README.md"
     if not card.is_file():
         raise ModelFolderError(
-            f"{folder} has no model card README.md: `python -m training.train` writes it at the end of a run "
+            f"{folder} has no model card README.md: vaswani-train writes it at the end of a run "
             "(training.model_card.write_model_card); a folder without one would appear on the Hub undocumented"
         )
     read_card_metadata(card)
@@ -217,11 +222,11 @@ def push_model_folder(
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.push",
+    parser = ArgumentParser(
+        prog="vaswani-push",
         description="Upload a trained hf-vaswani model folder (weights, config, code, tokenizer, card) to the Hub.",
     )
-    parser.add_argument("model_dir", type=Path, help="The output folder of `python -m training.train`.")
+    parser.add_argument("model_dir", type=Path, help="The output folder of vaswani-train.")
     parser.add_argument("repo_id", help="The Hub repository, e.g. your-name/vaswani-base-wmt14-en-de.")
     parser.add_argument("--private", action="store_true", help="Create the repository as private (if it is new).")
     parser.add_argument(
@@ -239,12 +244,11 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> PushResult | None:
+    """Validate and upload as the command line says. A user error raises UsageError (a ModelFolderError for the
+    folder); vaswani-push prints it as one line and exits with status 2."""
     args = parse_arguments(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    try:
-        files = validate_model_folder(args.model_dir)
-    except ModelFolderError as error:
-        raise SystemExit(f"error: {error}") from None
+    files = validate_model_folder(args.model_dir)
     if args.dry_run:
         print(f"{args.model_dir} is a valid model folder; would upload {len(files)} files to {args.repo_id}:")
         print("\n".join(f"  {name}" for name in files))
@@ -253,7 +257,7 @@ def main(argv: list[str] | None = None) -> PushResult | None:
     from huggingface_hub import get_token
 
     if args.token is None and get_token() is None:
-        raise SystemExit("error: no Hugging Face token: pass --token, set HF_TOKEN or run `hf auth login`")
+        raise UsageError("no Hugging Face token: pass --token, set HF_TOKEN or run `hf auth login`")
     result = push_model_folder(
         args.model_dir,
         args.repo_id,
@@ -273,4 +277,6 @@ def main(argv: list[str] | None = None) -> PushResult | None:
 
 
 if __name__ == "__main__":
-    main()
+    from .cli import push as push_command
+
+    sys.exit(push_command())
