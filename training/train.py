@@ -440,8 +440,10 @@ def main(argv: list[str] | None = None) -> dict:
             averaged = [c.name for c in checkpoints]
             logger.info("Averaged %s", averaged)
     set_paper_decoding(final_model, training_args)
-    final_model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
+    # Saved through the translation pipeline: model and tokenizer, plus the pipeline's code and `custom_pipelines` in
+    # config.json, so that pipeline("translation", model=output_dir, trust_remote_code=True) works (5.23 has no such task).
+    pipe = hf_vaswani.VaswaniTranslationPipeline(model=final_model, tokenizer=tokenizer, device=final_model.device)
+    pipe.save_pretrained(output_dir)
     results["averaged_checkpoints"] = averaged
 
     # ---- evaluation with the paper's decoding: beam 4, GNMT alpha 0.6, max length source + 50 ----

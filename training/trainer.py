@@ -14,7 +14,6 @@ refuses, naming the file, folders that are incomplete anyway (older runs, copies
 and how it is written lives in training/checkpoints.py.
 """
 
-import copy
 import logging
 import math
 import os
@@ -126,16 +125,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 f"Training loss became {loss.item()} at step {self.state.global_step + 1}; {self._how_to_recover()}"
             )
         return loss
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        # The stock Seq2SeqTrainer.prediction_step (5.23) fills the model's own generation_config with every global
-        # default (max_length=20, top_k=50, ...), which is then saved with each checkpoint and the final model:
-        # generate() on the result warns that max_new_tokens and max_length are both set. Keep the model's as it was.
-        generation_config = copy.deepcopy(self.model.generation_config)
-        try:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
-        finally:
-            self.model.generation_config = generation_config
 
     def _get_grad_norm(self, model, grad_norm=None):
         # A finite loss can still have non-finite gradients (an overflow in the backward pass), and one Adam step
