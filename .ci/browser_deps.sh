@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# What tests/test_explore_browser.py needs: Debian's chromium (Playwright's own browser download is not used: it
+# fetches from a CDN that offline and mirrored machines cannot reach) and Playwright's Python driver. Under CI=true
+# the browser test fails instead of skipping when these are missing, so this step must run before the tests.
+set -euo pipefail
+
+if [ ! -x /usr/bin/chromium ]; then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null
+fi
+python -m pip install --quiet "playwright>=1.40" "gradio>=6,<7"
+/usr/bin/chromium --version
