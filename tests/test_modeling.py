@@ -349,8 +349,14 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     plain = tiny_model().train()
     plain(input_ids=input_ids, labels=labels).loss.backward()
     checkpointed = tiny_model().train()
-    checkpointed.gradient_checkpointing_enable()
-    assert checkpointed.is_gradient_checkpointing
+    # transformers 5.23 deprecates gradient_checkpointing_enable/is_gradient_checkpointing (FutureWarning) for the
+    # activation_checkpointing names; releases without those keep the old path.
+    if hasattr(checkpointed, "activation_checkpointing_enable"):
+        checkpointed.activation_checkpointing_enable()
+        assert checkpointed.is_activation_checkpointing
+    else:
+        checkpointed.gradient_checkpointing_enable()
+        assert checkpointed.is_gradient_checkpointing
     checkpointed(input_ids=input_ids, labels=labels).loss.backward()
     for (name, a), (_, b) in zip(plain.named_parameters(), checkpointed.named_parameters()):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5, msg=name)
@@ -524,3 +530,18 @@ def test_greedy_generate_with_static_cache_compiles_fullgraph():
     )
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile, not fall back
     assert torch.equal(output, expected)
+
+
+def test_forward_declares_the_transformers_kwargs():
+    # transformers' tooling (docs, the common tests' output_attentions check) reads what `**kwargs` accepts from this
+    # annotation: without it the eager-vs-sdpa test with output_attentions=True was skipped as "not supported".
+    import inspect
+
+    from transformers.utils import TransformersKwargs
+
+    from hf_vaswani import VaswaniForConditionalGeneration, VaswaniModel
+
+    for model_class in (VaswaniModel, VaswaniForConditionalGeneration):
+        annotation = inspect.signature(model_class.forward).parameters["kwargs"].annotation
+        assert TransformersKwargs in getattr(annotation, "__args__", ()), model_class.__name__
+        assert "output_attentions" in TransformersKwargs.__annotations__
