@@ -4,11 +4,22 @@ Field names follow `MarianConfig`, so anyone who knows Hugging Face seq2seq conf
 are the paper's base model (Table 3, row "base").
 """
 
-from huggingface_hub.dataclasses import strict
-from transformers.configuration_utils import PreTrainedConfig
+import transformers
+from packaging.specifiers import SpecifierSet
+
+# The transformers releases this code is checked on (scripts/check_transformers_versions.py runs the remote-code
+# check on every 5.x minor); a saved folder's code refuses to load outside them rather than fail later or, worse,
+# give different tokens.
+SUPPORTED_TRANSFORMERS = ">=5.0.0,<6"
+if not SpecifierSet(SUPPORTED_TRANSFORMERS).contains(transformers.__version__, prereleases=True):
+    raise ImportError(
+        f"hf-vaswani needs transformers{SUPPORTED_TRANSFORMERS}; this is {transformers.__version__}: "
+        f'pip install "transformers{SUPPORTED_TRANSFORMERS}"'
+    )
+
+from transformers.configuration_utils import PreTrainedConfig  # noqa: E402
 
 
-@strict
 class VaswaniConfig(PreTrainedConfig):
     r"""
     Configuration for [`VaswaniModel`] and [`VaswaniForConditionalGeneration`].
@@ -50,39 +61,69 @@ class VaswaniConfig(PreTrainedConfig):
         "num_hidden_layers": "encoder_layers",
     }
 
-    vocab_size: int = 37000
-    d_model: int = 512
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    encoder_attention_heads: int = 8
-    decoder_attention_heads: int = 8
-    encoder_ffn_dim: int = 2048
-    decoder_ffn_dim: int = 2048
-    dropout: float | int = 0.1
-    attention_dropout: float | int = 0.0
-    activation_dropout: float | int = 0.0
-    activation_function: str = "relu"
-    max_position_embeddings: int = 1024
-    scale_embedding: bool = True
-    layer_norm_eps: float = 1e-6
-    normalize_before: bool = False
-    init_std: float | None = None
-    use_cache: bool = True
-    is_encoder_decoder: bool = True
-    tie_word_embeddings: bool = True
-    # fairseq's layout (<s>=0, <pad>=1, </s>=2, <unk>=3). A pad id of 0 would be falsy, and generate()'s beam
-    # search fills finished rows with `pad_token_id or eos_token_id`, i.e. with EOS.
-    bos_token_id: int | None = 0
-    pad_token_id: int | None = 1
-    eos_token_id: int | list[int] | None = 2
-    decoder_start_token_id: int | None = 0
+    def __init__(
+        self,
+        vocab_size: int = 37000,
+        d_model: int = 512,
+        encoder_layers: int = 6,
+        decoder_layers: int = 6,
+        encoder_attention_heads: int = 8,
+        decoder_attention_heads: int = 8,
+        encoder_ffn_dim: int = 2048,
+        decoder_ffn_dim: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation_function: str = "relu",
+        max_position_embeddings: int = 1024,
+        scale_embedding: bool = True,
+        layer_norm_eps: float = 1e-6,
+        normalize_before: bool = False,
+        init_std: float | None = None,
+        use_cache: bool = True,
+        is_encoder_decoder: bool = True,
+        tie_word_embeddings: bool = True,
+        # fairseq's layout (<s>=0, <pad>=1, </s>=2, <unk>=3). A pad id of 0 would be falsy, and generate()'s beam
+        # search fills finished rows with `pad_token_id or eos_token_id`, i.e. with EOS.
+        bos_token_id: int | None = 0,
+        pad_token_id: int | None = 1,
+        eos_token_id: int | list[int] | None = 2,
+        decoder_start_token_id: int | None = 0,
+        **kwargs,
+    ):
+        # A plain __init__, not dataclass fields under @strict: the one form every 5.x release accepts. 5.0-5.2
+        # have no dataclass configs (@strict raises there), and later releases keep a subclass's own __init__.
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.encoder_attention_heads = encoder_attention_heads
+        self.decoder_attention_heads = decoder_attention_heads
+        self.encoder_ffn_dim = encoder_ffn_dim
+        self.decoder_ffn_dim = decoder_ffn_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.activation_function = activation_function
+        self.max_position_embeddings = max_position_embeddings
+        self.scale_embedding = scale_embedding
+        self.layer_norm_eps = layer_norm_eps
+        self.normalize_before = normalize_before
+        self.init_std = init_std
+        self.use_cache = use_cache
+        # Checked before the base class runs, so that an invalid value is a plain ValueError naming the field.
+        self._check_values(bos_token_id, pad_token_id, eos_token_id, decoder_start_token_id)
+        super().__init__(
+            bos_token_id=bos_token_id,
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            decoder_start_token_id=decoder_start_token_id,
+            is_encoder_decoder=is_encoder_decoder,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
 
-    def __post_init__(self, **kwargs):
-        # Checked here rather than in a `validate_*` method so that the error stays a plain ValueError.
-        self._check_values()
-        super().__post_init__(**kwargs)
-
-    def _check_values(self) -> None:
+    def _check_values(self, bos_token_id, pad_token_id, eos_token_id, decoder_start_token_id) -> None:
         positive = (
             "vocab_size",
             "d_model",
@@ -122,11 +163,12 @@ class VaswaniConfig(PreTrainedConfig):
             raise ValueError(
                 f"VaswaniConfig: activation_function={self.activation_function!r} is not one of {sorted(ACT2FN)}"
             )
-        for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
+        special = {"pad_token_id": pad_token_id, "bos_token_id": bos_token_id}
+        special["decoder_start_token_id"] = decoder_start_token_id
+        for name, value in special.items():
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"VaswaniConfig: {name}={value} must be in [0, vocab_size={self.vocab_size})")
-        eos_ids = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        eos_ids = eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]
         for value in eos_ids:
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"VaswaniConfig: eos_token_id={value} must be in [0, vocab_size={self.vocab_size})")

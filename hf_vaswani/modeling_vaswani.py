@@ -15,7 +15,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -23,12 +22,19 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, logging
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.generic import can_return_tuple
 
+from .compat_vaswani import (
+    OutputRecorder,
+    capture_outputs,
+    create_bidirectional_mask,
+    create_causal_mask,
+    get_attention_interface,
+    merge_with_config_defaults,
+)
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin
 
@@ -198,7 +204,7 @@ class VaswaniAttention(nn.Module):
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention_interface: Callable = get_attention_interface(
             self.config._attn_implementation, eager_attention_forward
         )
         attn_output, attn_weights = attention_interface(
