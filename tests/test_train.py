@@ -207,7 +207,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
         timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "Total train batch size (w. parallel, distributed & accumulation) = " in completed.stdout
+    # The Trainer's summary counts tokens under token batches, and it must see both processes.
+    summary = f"Tokens per update <= {max_tokens * 2:,} per side (--max_tokens {max_tokens:,} x gradient accumulation 1"
+    assert f"{summary} x 2 processes)" in completed.stdout
     state = json.loads((two / "checkpoint-6" / "trainer_state.json").read_text())
     one_state = json.loads((one / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["train_batch_size"] == one_state["train_batch_size"]
@@ -248,3 +250,23 @@ def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
     assert load_preset(model_args.preset)["d_model"] > 0
     assert training_args.output_dir.startswith("outputs/")
     assert training_args.average_last_n <= training_args.save_total_limit
+
+
+def test_cpu_launch_of_several_processes_fails_loudly(monkeypatch):
+    """`accelerate launch --cpu --num_processes 2` starts one process; the script says so instead of training alone."""
+    from hf_vaswani_training.cli import UsageError
+    from hf_vaswani_training.train import check_launch
+
+    launcher = ["accelerate", "launch", "--cpu", "--num_processes", "2", "-m", "training.train"]
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    with pytest.raises(UsageError, match=r"starts only 1 process.*--multi_gpu --num_processes 2"):
+        check_launch(launcher)
+    with pytest.raises(UsageError, match="--multi_gpu --num_processes 4"):
+        check_launch(["accelerate", "launch", "--cpu", "--num_processes=4", "train.py"])
+    check_launch(["accelerate", "launch", "--cpu", "--num_processes", "1", "train.py"])  # one was asked for
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    check_launch(launcher)  # a real multi-process launch (torchrun sets WORLD_SIZE)
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "False")
+    check_launch(launcher)

@@ -23,7 +23,11 @@ One entry point, `load_parallel_data`, reads from one of three sources:
 3. Nothing named: the embedded toy corpus from `training/toy_corpus.py` (imported lazily).
 
 The local readers are plain Python on purpose: reading line by line with strict UTF-8 lets every error name
-the file and the 1-based line, and corrupt data stops the run at load time, before any training step.
+the file and the 1-based line, and corrupt data stops the run at load time, before any training step. They
+stream: pairs go to an Arrow file one record batch at a time (memory bounded by a batch, not the corpus), and
+the split is returned memory-mapped from it. The file is cached under `cache_dir` (default
+`$HF_DATASETS_CACHE/hf_vaswani/text`), keyed by the files' content hash (their path, size, mtime and inode above
+256 MiB), so a second run on unchanged files reads no text.
 Blank sentences: a pair whose source or target is empty or whitespace-only is dropped (it would train the
 model to map something to nothing); the count is logged as a warning and returned in `SplitStats`.
 Leading and trailing whitespace of a line in a local file is removed (line terminators, `\\r` of
@@ -34,16 +38,23 @@ Hub datasets are fields, not lines, and are kept verbatim apart from dropping bl
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Literal, overload
 
 import datasets
+import pyarrow as pa
 from datasets import Dataset, DatasetDict, Features, Translation
+
+from .cli import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +71,13 @@ _JSON_SUFFIXES = (".jsonl", ".json")
 _TSV_SUFFIXES = (".tsv",)
 
 
-class ParallelDataError(ValueError):
-    """Malformed parallel data; the message names the file (and line) and what is wrong."""
+class ParallelDataError(UsageError):
+    """Malformed parallel data, or data arguments that do not fit together; the message names the file (and line)
+    or the argument and what is wrong. A UsageError (so a ValueError): the console scripts print it as one line."""
+
+
+class DataFileNotFoundError(ParallelDataError, FileNotFoundError):
+    """A named data file, pair half or folder does not exist (also a FileNotFoundError, as it always was)."""
 
 
 @dataclass(frozen=True)
@@ -157,26 +173,30 @@ def load_parallel_data(
         data_dir: a folder with `train.*`, `val.*`/`valid.*`/`validation.*`/`dev.*` and `test*` files.
         train_file, validation_file, test_file: a `.jsonl`/`.json`/`.tsv` file (optionally `.gz`) or the
             prefix of a plain-text pair; relative to `data_dir` when that is given.
-        cache_dir: the `datasets` cache for the Hub path.
+        cache_dir: the `datasets` cache for the Hub path; for local files, where their Arrow copies are cached
+            (default `$HF_DATASETS_CACHE/hf_vaswani`).
         toy_num_train, toy_num_validation, toy_num_test, seed: sizes and seed of the toy corpus (`None`
             keeps the toy corpus's defaults).
         return_stats: also return `{split: SplitStats}`.
 
     Raises:
-        FileNotFoundError: a named file, pair half or folder does not exist.
-        ValueError: conflicting or missing arguments.
-        ParallelDataError (a ValueError): malformed data; the message names the file, the 1-based line and
-            what is wrong (misaligned pair files name both files and both line counts).
+        DataFileNotFoundError (a FileNotFoundError and a ParallelDataError): a named file, pair half or folder
+            does not exist.
+        ParallelDataError (a UsageError, so a ValueError): conflicting or missing arguments, an empty split, or
+            malformed data; the message names the file, the 1-based line and what is wrong (misaligned pair files
+            name both files and both line counts).
     """
     split_files = {"train": train_file, "validation": validation_file, "test": test_file}
     uses_files = data_dir is not None or any(f is not None for f in split_files.values())
     if dataset_name is not None and uses_files:
-        raise ValueError(
+        raise ParallelDataError(
             f"dataset_name={dataset_name!r} cannot be combined with data_dir/train_file/validation_file/"
             "test_file: name either a (Hub) dataset or local files"
         )
     if (source_column is None) != (target_column is None):
-        raise ValueError(f"source_column={source_column!r} and target_column={target_column!r}: give both or neither")
+        raise ParallelDataError(
+            f"source_column={source_column!r} and target_column={target_column!r}: give both or neither"
+        )
 
     if dataset_name is not None:
         src, tgt = _require_langs(source_lang, target_lang, "dataset_name")
@@ -185,7 +205,7 @@ def load_parallel_data(
         )
     elif uses_files:
         src, tgt = _require_langs(source_lang, target_lang, "local files")
-        dataset_dict, stats = _load_local_files(data_dir, split_files, src, tgt)
+        dataset_dict, stats = _load_local_files(data_dir, split_files, src, tgt, cache_dir)
     else:
         dataset_dict, stats = _load_toy_corpus(
             source_lang, target_lang, toy_num_train, toy_num_validation, toy_num_test, seed
@@ -205,12 +225,12 @@ def load_parallel_data(
 
 def _require_langs(source_lang: str | None, target_lang: str | None, what: str) -> tuple[str, str]:
     if not source_lang or not target_lang:
-        raise ValueError(
+        raise ParallelDataError(
             f"source_lang={source_lang!r} and target_lang={target_lang!r}: both languages are required "
             f"when loading from {what}"
         )
     if source_lang == target_lang:
-        raise ValueError(f"source_lang and target_lang are both {source_lang!r}; they must differ")
+        raise ParallelDataError(f"source_lang and target_lang are both {source_lang!r}; they must differ")
     return source_lang, target_lang
 
 
@@ -378,10 +398,11 @@ def _load_local_files(
     split_files: dict[str, PathLike | None],
     source_lang: str,
     target_lang: str,
+    cache_dir: PathLike | None = None,
 ) -> tuple[DatasetDict, dict[str, SplitStats]]:
     base = None if data_dir is None else Path(data_dir)
     if base is not None and not base.is_dir():
-        raise FileNotFoundError(f"data_dir {str(base)!r} does not exist or is not a folder")
+        raise DataFileNotFoundError(f"data_dir {str(base)!r} does not exist or is not a folder")
 
     result: dict[str, Dataset] = {}
     stats: dict[str, SplitStats] = {}
@@ -398,17 +419,21 @@ def _load_local_files(
             spec = None
         if spec is None:
             continue
-        pairs, skipped = spec.read(source_lang, target_lang)
+        dataset, num_pairs, skipped = _read_split_to_arrow(spec, split, source_lang, target_lang, cache_dir)
         sources = tuple(str(p) for p in spec.paths)
+        if not num_pairs:
+            # Checked here, before any tokenizer is trained on (and saved from) an empty corpus.
+            raise ParallelDataError(
+                f"{' + '.join(sources)}: no sentence pairs for the {split} split ({skipped} blank pairs skipped); "
+                "give files with at least one line of text on both sides"
+            )
         if skipped:
             logger.warning("%s: skipped %d pairs with an empty or whitespace-only side", " + ".join(sources), skipped)
-        result[split] = Dataset.from_dict(
-            {"translation": pairs}, features=_translation_features(source_lang, target_lang), split=split
-        )
-        stats[split] = SplitStats(split, sources, len(pairs), skipped)
+        result[split] = dataset
+        stats[split] = SplitStats(split, sources, num_pairs, skipped)
 
     if not result:
-        raise FileNotFoundError(
+        raise DataFileNotFoundError(
             f"no train, validation or test files for {source_lang}-{target_lang} in data_dir {str(base)!r} "
             f"(expected e.g. train.{source_lang}[.gz] + train.{target_lang}[.gz], train.jsonl or train.tsv)"
         )
@@ -422,12 +447,13 @@ class _FileSpec:
     kind: Literal["jsonl", "tsv", "pair"]
     paths: tuple[Path, ...]
 
-    def read(self, source_lang: str, target_lang: str) -> tuple[list[dict[str, str]], int]:
+    def pairs(self, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
+        """Stripped (source, target) per line, blank ones included (the caller counts and drops them)."""
         if self.kind == "jsonl":
             return _read_jsonl(self.paths[0], source_lang, target_lang)
         if self.kind == "tsv":
             return _read_tsv(self.paths[0], source_lang, target_lang)
-        return _read_text_pair(self.paths[0], self.paths[1], source_lang, target_lang)
+        return _read_text_pair(self.paths[0], self.paths[1])
 
 
 def _format_suffix(path: Path) -> str:
@@ -441,7 +467,7 @@ def _resolve_spec(path: Path, source_lang: str, target_lang: str) -> _FileSpec:
     suffix = _format_suffix(path)
     if suffix in _JSON_SUFFIXES or suffix in _TSV_SUFFIXES:
         if not path.is_file():
-            raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+            raise DataFileNotFoundError(f"data file {str(path)!r} does not exist")
         return _FileSpec("jsonl" if suffix in _JSON_SUFFIXES else "tsv", (path,))
 
     prefix = path
@@ -460,7 +486,7 @@ def _pair_half(prefix: Path, lang: str) -> Path:
         return plain
     if compressed.is_file():
         return compressed
-    raise FileNotFoundError(
+    raise DataFileNotFoundError(
         f"parallel text file {str(plain)!r} (or {compressed.name!r}) does not exist; a split given as a "
         "prefix needs PREFIX.SRC and PREFIX.TGT, and other formats need a .jsonl, .json or .tsv extension"
     )
@@ -486,7 +512,7 @@ def _find_split_in_dir(base: Path, split: str, source_lang: str, target_lang: st
         }
     )
     if len(candidates) > 1:
-        raise ValueError(
+        raise ParallelDataError(
             f"data_dir {str(base)!r} has several test sets ({', '.join(candidates)}); choose one with "
             f"test_file='{candidates[0]}' (relative to data_dir)"
         )
@@ -532,30 +558,26 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield lineno, text.rstrip("\r\n")
 
 
-def _read_text_pair(
-    source_path: Path, target_path: Path, source_lang: str, target_lang: str
-) -> tuple[list[dict[str, str]], int]:
-    sources = [line.strip() for _, line in _iter_lines(source_path)]
-    targets = [line.strip() for _, line in _iter_lines(target_path)]
-    if len(sources) != len(targets):
-        raise ParallelDataError(
-            f"parallel files are not line-aligned: {source_path} has {len(sources)} lines but {target_path} "
-            f"has {len(targets)} lines"
-        )
-    pairs = [
-        {source_lang: source, target_lang: target}
-        for source, target in zip(sources, targets, strict=True)
-        if source and target
-    ]
-    return pairs, len(sources) - len(pairs)
+def _read_text_pair(source_path: Path, target_path: Path) -> Iterator[tuple[str, str]]:
+    source_lines, target_lines = _iter_lines(source_path), _iter_lines(target_path)
+    count = 0
+    for source, target in zip_longest(source_lines, target_lines):
+        if source is None or target is None:
+            # One file ended first: count the rest of the other for the message.
+            source_count = count + (0 if source is None else 1 + sum(1 for _ in source_lines))
+            target_count = count + (0 if target is None else 1 + sum(1 for _ in target_lines))
+            raise ParallelDataError(
+                f"parallel files are not line-aligned: {source_path} has {source_count} lines but {target_path} "
+                f"has {target_count} lines"
+            )
+        count += 1
+        yield source[1].strip(), target[1].strip()
 
 
-def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> tuple[list[dict[str, str]], int]:
-    pairs: list[dict[str, str]] = []
-    skipped = 0
+def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
     for lineno, line in _iter_lines(path):
         if not line.strip():
-            skipped += 1
+            yield "", ""  # a blank line is a pair with both sides empty
             continue
         try:
             record = json.loads(line)
@@ -580,20 +602,14 @@ def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> tuple[list[di
                     f"{path}:{lineno}: translation[{lang!r}] is {type(value).__name__}, expected a string"
                 )
             texts.append(value.strip())
-        if texts[0] and texts[1]:
-            pairs.append({source_lang: texts[0], target_lang: texts[1]})
-        else:
-            skipped += 1
-    return pairs, skipped
+        yield texts[0], texts[1]
 
 
-def _read_tsv(path: Path, source_lang: str, target_lang: str) -> tuple[list[dict[str, str]], int]:
-    pairs: list[dict[str, str]] = []
-    skipped = 0
+def _read_tsv(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
     source_index, target_index = 0, 1
     for lineno, line in _iter_lines(path):
         if not line.strip():
-            skipped += 1  # a blank line is a pair with both sides empty
+            yield "", ""  # a blank line is a pair with both sides empty
             continue
         fields = line.split("\t")
         if len(fields) != 2:
@@ -605,12 +621,93 @@ def _read_tsv(path: Path, source_lang: str, target_lang: str) -> tuple[list[dict
             # A header of language codes fixes the column order.
             source_index, target_index = stripped.index(source_lang), stripped.index(target_lang)
             continue
-        source, target = stripped[source_index], stripped[target_index]
-        if source and target:
-            pairs.append({source_lang: source, target_lang: target})
-        else:
-            skipped += 1
-    return pairs, skipped
+        yield stripped[source_index], stripped[target_index]
+
+
+# Pairs per Arrow record batch while reading: bounds the reader's memory (~10 MB of text at WMT's lengths).
+_READ_BATCH = 50_000
+# Files up to this size are identified by a hash of their content; larger ones by path, size, mtime and inode
+# (hashing 10 GB of en-fr text on every start would cost more than the cache saves).
+_CONTENT_HASH_LIMIT = 256 * 2**20
+# Bump when the reading rules change (stripping, blank pairs, formats), so older cached splits are not reused.
+_READER_VERSION = 1
+
+
+def _file_identity(path: Path) -> list:
+    stat = path.stat()
+    if stat.st_size <= _CONTENT_HASH_LIMIT:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(2**20), b""):
+                digest.update(block)
+        return [str(path.resolve()), stat.st_size, digest.hexdigest()]
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino]
+
+
+def _read_split_to_arrow(
+    spec: _FileSpec, split: str, source_lang: str, target_lang: str, cache_dir: PathLike | None
+) -> tuple[Dataset, int, int]:
+    """Read one split into a memory-mapped Arrow file, cached by the files' identity; (dataset, kept, skipped).
+
+    The pairs go to disk one record batch at a time, so memory stays bounded by a batch whatever the corpus
+    size. A second run on unchanged files maps the file the first one wrote and reads no text. The file is
+    written in a staging folder renamed into place when complete: a killed run never leaves a cache to reuse.
+    """
+    from .data_cache import default_cache_root
+
+    features = _translation_features(source_lang, target_lang)
+    identity = [_READER_VERSION, spec.kind, source_lang, target_lang, [_file_identity(p) for p in spec.paths]]
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_root()) / "text"
+    folder = root / f"{split}-{key}"
+    meta = folder / "meta.json"
+    if meta.is_file():
+        counts = json.loads(meta.read_text())
+        logger.info("%s split: reusing %s (the files are unchanged)", split, folder)
+        return Dataset.from_file(str(folder / "data.arrow"), split=split), counts["pairs"], counts["skipped"]
+
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{split}-{key}-", dir=root))
+    schema = features.arrow_schema
+    struct_type = schema.field("translation").type
+    kept = skipped = 0
+    try:
+        with pa.ipc.new_stream(str(staging / "data.arrow"), schema) as writer:
+            sources: list[str] = []
+            targets: list[str] = []
+            for source, target in spec.pairs(source_lang, target_lang):
+                if not (source and target):
+                    skipped += 1
+                    continue
+                sources.append(source)
+                targets.append(target)
+                if len(sources) == _READ_BATCH:
+                    writer.write_batch(_pair_batch(sources, targets, source_lang, struct_type, schema))
+                    kept += len(sources)
+                    sources, targets = [], []
+            if sources or not kept:
+                writer.write_batch(_pair_batch(sources, targets, source_lang, struct_type, schema))
+                kept += len(sources)
+        (staging / "meta.json").write_text(json.dumps({"pairs": kept, "skipped": skipped}) + "\n")
+        try:
+            os.rename(staging, folder)  # atomic: the cached split appears complete or not at all
+        except OSError:
+            if not meta.is_file():
+                raise
+            shutil.rmtree(staging, ignore_errors=True)  # another process (rank) wrote the same split first
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Dataset.from_file(str(folder / "data.arrow"), split=split), kept, skipped
+
+
+def _pair_batch(
+    sources: list[str], targets: list[str], source_lang: str, struct_type: pa.StructType, schema: pa.Schema
+) -> pa.RecordBatch:
+    # The struct's fields are in the Translation feature's (sorted) language order, not source-target order.
+    columns = [pa.array(sources if field.name == source_lang else targets, type=pa.string()) for field in struct_type]
+    struct = pa.StructArray.from_arrays(columns, fields=list(struct_type))
+    return pa.RecordBatch.from_arrays([struct], schema=schema)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -634,11 +731,14 @@ def _load_toy_corpus(
         ("target_lang", target_lang, TARGET_LANG),
     ):
         if given is not None and given != toy:
-            raise ValueError(
+            raise ParallelDataError(
                 f"{role}={given!r} but no data was named and the toy corpus is {SOURCE_LANG}->{TARGET_LANG}; "
                 "give dataset_name, data_dir or train_file for other languages"
             )
     sizes = {"num_train": num_train, "num_validation": num_validation, "num_test": num_test}
+    for name, size in sizes.items():
+        if size is not None and size < 1:
+            raise ParallelDataError(f"--toy_{name} {size}: the toy corpus split needs at least 1 pair")
     dataset_dict = corpus_as_dataset_dict(**{k: v for k, v in sizes.items() if v is not None}, seed=seed)
     stats = {split: SplitStats(split, ("toy corpus",), len(dataset), 0) for split, dataset in dataset_dict.items()}
     return dataset_dict, stats

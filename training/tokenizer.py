@@ -26,10 +26,16 @@ model prepends when it shifts the labels right.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
+import pyarrow.compute as pc
 from datasets import Dataset
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -40,6 +46,9 @@ BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN = "<s>", "<pad>", "</s>", "<unk>"
 # The order fixes the ids: bos=0, pad=1, eos=2, unk=3 (fairseq's dictionary, VaswaniConfig's defaults).
 SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 BOS_TOKEN_ID, PAD_TOKEN_ID, EOS_TOKEN_ID, UNK_TOKEN_ID = range(len(SPECIAL_TOKENS))
+# Written next to a trained tokenizer: what it was trained with, so a later run in the same folder reuses it only
+# when its own options agree (training/train.py, check_saved_tokenizer). Hidden: not part of the model on the Hub.
+TRAINED_WITH_FILE = ".tokenizer_trained_with.json"
 
 
 def train_joint_bpe(
@@ -114,11 +123,12 @@ def train_joint_bpe(
     )
 
 
-def _both_sides(dataset: Dataset, source_lang: str, target_lang: str, batch_size: int = 1000) -> Iterator[str]:
-    for batch in dataset.iter(batch_size=batch_size):
-        for pair in batch["translation"]:
-            yield pair[source_lang]
-            yield pair[target_lang]
+def _both_sides(dataset: Dataset, source_lang: str, target_lang: str, batch_size: int = 10_000) -> Iterator[list[str]]:
+    """Batches of sentences, source then target, read as Arrow record batches (memory bounded by a batch)."""
+    for table in dataset.with_format("arrow").iter(batch_size=batch_size):
+        pairs = table.column("translation")
+        for lang in (source_lang, target_lang):
+            yield pc.struct_field(pairs, [lang]).to_pylist()
 
 
 def load_or_train_tokenizer(
@@ -130,6 +140,7 @@ def load_or_train_tokenizer(
     min_frequency: int = 2,
     model_max_length: int = 1024,
     save_dir: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> PreTrainedTokenizerBase:
     """Load the tokenizer at `tokenizer_name_or_path`, or train a joint BPE on both sides of `train_dataset`.
 
@@ -143,6 +154,9 @@ def load_or_train_tokenizer(
         source_lang, target_lang: the keys of the translation dicts.
         vocab_size, min_frequency, model_max_length: see `train_joint_bpe`.
         save_dir: where to save a newly trained tokenizer.
+        cache_dir: where trained tokenizers are kept by what they were trained on (the train split's `datasets`
+            fingerprint, which for local files follows their content) and with: the same data and options load the
+            earlier result instead of training again. None (or an in-memory train split) trains every time.
     """
     if tokenizer_name_or_path is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name_or_path)
@@ -164,6 +178,19 @@ def load_or_train_tokenizer(
         vocab_size,
         len(train_dataset),
     )
+    cached = None
+    if cache_dir is not None and train_dataset.cache_files:
+        key_source = json.dumps(
+            [_BPE_VERSION, train_dataset._fingerprint, source_lang, target_lang, vocab_size, min_frequency,
+             model_max_length]
+        )  # fmt: skip
+        cached = Path(cache_dir) / f"bpe-{hashlib.sha256(key_source.encode()).hexdigest()[:24]}"
+        if (cached / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(cached)
+            logger.info("loaded the BPE trained earlier on the same data and options from %s", cached)
+            if save_dir is not None:
+                _save_trained(tokenizer, save_dir, vocab_size, min_frequency, source_lang, target_lang, train_dataset)
+            return tokenizer
     tokenizer = train_joint_bpe(
         _both_sides(train_dataset, source_lang, target_lang),
         vocab_size=vocab_size,
@@ -172,7 +199,58 @@ def load_or_train_tokenizer(
         length=2 * len(train_dataset),
         show_progress=len(train_dataset) > 100_000,
     )
+    if cached is not None:
+        _save_to_cache(tokenizer, cached)
     if save_dir is not None:
-        tokenizer.save_pretrained(save_dir)
-        logger.info("saved the tokenizer to %s", save_dir)
+        _save_trained(tokenizer, save_dir, vocab_size, min_frequency, source_lang, target_lang, train_dataset)
     return tokenizer
+
+
+# Bump when train_joint_bpe changes what it produces, so cached tokenizers from older code are not reused.
+_BPE_VERSION = 1
+
+
+def _save_trained(tokenizer, save_dir, vocab_size, min_frequency, source_lang, target_lang, train_dataset) -> None:
+    trained_with = {
+        "vocab_size": vocab_size,
+        "min_frequency": min_frequency,
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        "train_pairs": len(train_dataset),
+        "tokens": len(tokenizer),
+    }
+    save_trained_tokenizer(tokenizer, save_dir, trained_with)
+    logger.info("saved the tokenizer to %s", save_dir)
+
+
+def _save_to_cache(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """Save into a staging folder renamed into place, so a killed run never leaves a half tokenizer to reuse."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
+    try:
+        tokenizer.save_pretrained(staging)
+        os.rename(staging, folder)
+    except OSError:
+        if not (folder / "tokenizer.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_trained_tokenizer(tokenizer: PreTrainedTokenizerBase, save_dir: str | os.PathLike[str], trained_with: dict):
+    """Save `tokenizer` into `save_dir` with a record of what it was trained with, all or nothing.
+
+    The files are written into a staging folder inside `save_dir` and moved in with `os.replace`, the record last:
+    a run killed on the way leaves either a complete tokenizer with its record, or files without a record, which
+    the next run refuses instead of silently reusing them."""
+    save_dir = Path(save_dir)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-staging-", dir=save_dir))
+    try:
+        tokenizer.save_pretrained(staging)
+        (staging / TRAINED_WITH_FILE).write_text(json.dumps(trained_with, indent=2) + "\n", encoding="utf-8")
+        (save_dir / TRAINED_WITH_FILE).unlink(missing_ok=True)  # an old record must not vouch for new files
+        for name in sorted(os.listdir(staging), key=lambda name: name == TRAINED_WITH_FILE):
+            os.replace(staging / name, save_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

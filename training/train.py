@@ -26,6 +26,7 @@ import hf_vaswani
 
 from .arguments import DataArguments, ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
+from .checkpoints import checkpoint_name, last_complete_checkpoint
 from .cli import (
     UsageError,
     check_model_dir,
@@ -35,8 +36,14 @@ from .cli import (
     split_recipe,
     unknown_options_message,
 )
-from .checkpoints import checkpoint_name, last_complete_checkpoint
 from .data import load_parallel_data
+from .data_cache import (
+    LongSentencesError,
+    default_cache_root,
+    sequence_lengths,
+    tokenize_to_cache,
+    tokenizers_parallelism,
+)
 from .decoding import translate
 from .model_card import write_model_card
 from .tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
@@ -213,62 +220,155 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
 
 
 def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
-    """generation_config.json of the output carries the paper's decoding (§6.1) as its defaults."""
-    config = model.generation_config
-    config.num_beams = training_args.generation_num_beams or 4
-    config.length_penalty = training_args.length_penalty
-    config.length_penalty_type = "gnmt"
-    config.max_length_offset = training_args.max_length_offset
-    config.early_stopping = "never"
-    config._from_model_config = False
+    """generation_config.json of the output carries the paper's decoding (§6.1, hf_vaswani.PAPER_DECODING) as its
+    defaults, with this run's --generation_num_beams, --length_penalty and --max_length_offset."""
+    hf_vaswani.set_paper_decoding(
+        model.generation_config,
+        num_beams=training_args.generation_num_beams or hf_vaswani.PAPER_DECODING["num_beams"],
+        length_penalty=training_args.length_penalty,
+        max_length_offset=training_args.max_length_offset,
+    )
+    model.generation_config._from_model_config = False
+
+
+# ---- launch ---------------------------------------------------------------------------------------------------------
+
+
+def check_launch(parent_cmdline: list[str] | None = None) -> None:
+    """Refuse `accelerate launch --cpu --num_processes N` (N > 1), which starts ONE process and says nothing.
+
+    Accelerate's `--cpu` goes to its simple launcher, which runs the script once (several CPU processes need
+    mpirun and a hostfile); the requested count reaches the script neither as WORLD_SIZE nor in any ACCELERATE_*
+    variable, so it is read from the launcher's command line, the parent process (Linux /proc). The form that
+    works on CPUs is `--multi_gpu --num_processes N`: torchrun starts N processes, on the gloo backend when there
+    is no GPU.
+    """
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true") or "WORLD_SIZE" in os.environ:
+        return
+    if parent_cmdline is None:
+        try:
+            raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+        except OSError:
+            return  # not Linux: nothing to read, nothing to check
+        parent_cmdline = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    requested = None
+    for index, part in enumerate(parent_cmdline):
+        for flag in ("--num_processes", "--num-processes"):
+            if part == flag and index + 1 < len(parent_cmdline):
+                requested = parent_cmdline[index + 1]
+            elif part.startswith(flag + "="):
+                requested = part.split("=", 1)[1]
+    if requested is not None and requested.isdigit() and int(requested) > 1:
+        raise UsageError(
+            f"accelerate launch --cpu --num_processes {requested} starts only 1 process (its --cpu launcher has no "
+            f"multi-process mode); use `accelerate launch --multi_gpu --num_processes {requested} ...` instead, which "
+            "runs that many CPU processes (gloo) on a machine without GPUs, or drop --num_processes"
+        )
 
 
 # ---- data -----------------------------------------------------------------------------------------------------------
 
 
-def tokenize_splits(raw, tokenizer, data_args: DataArguments, source_lang: str, target_lang: str, main_process):
-    """input_ids/attention_mask/labels for every split, long training pairs handled as --long_sentences says."""
-    limits = {"input_ids": data_args.max_source_length, "labels": data_args.max_target_length}
+def tokenize_splits(
+    raw, tokenizer, data_args: DataArguments, source_lang: str, target_lang: str, main_process, cache_dir=None
+) -> dict:
+    """input_ids/labels for every split, long training pairs handled as --long_sentences says.
 
-    def encode(batch):
-        pairs = batch["translation"]
-        sources = tokenizer([p[source_lang] for p in pairs])
-        targets = tokenizer(text_target=[p[target_lang] for p in pairs])
-        features = {"input_ids": [], "attention_mask": [], "labels": [], "too_long": []}
-        for source_ids, target_ids in zip(sources["input_ids"], targets["input_ids"]):
-            too_long = len(source_ids) > limits["input_ids"] or len(target_ids) > limits["labels"]
-            # Truncation keeps the EOS at the end, as the model saw in training.
-            source_ids = source_ids[: limits["input_ids"] - 1] + source_ids[-1:] if too_long else source_ids
-            target_ids = target_ids[: limits["labels"] - 1] + target_ids[-1:] if too_long else target_ids
-            features["input_ids"].append(source_ids)
-            features["attention_mask"].append([1] * len(source_ids))
-            features["labels"].append(target_ids)
-            features["too_long"].append(too_long)
-        return features
-
-    tokenized = {}
-    for split, dataset in raw.items():
-        with main_process(desc=f"tokenizing {split}"):
-            encoded = dataset.map(
-                encode,
-                batched=True,
-                remove_columns=dataset.column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc=f"Tokenizing {split}",
+    Built batch by batch into an on-disk Arrow cache keyed by the data, the tokenizer and the length settings
+    (training/data_cache.py), so a second run on the same data starts at once; the main process builds it first.
+    """
+    with main_process(desc="tokenizing"), tokenizers_parallelism():
+        try:
+            return tokenize_to_cache(
+                raw,
+                tokenizer,
+                source_lang,
+                target_lang,
+                max_source_length=data_args.max_source_length,
+                max_target_length=data_args.max_target_length,
+                long_sentences=data_args.long_sentences,
+                cache_root=cache_dir,
             )
-        too_long = int(np.sum(encoded["too_long"]))
-        if split == "train" and too_long:
-            where = f"{too_long} of {len(encoded)} training pairs exceed --max_source_length/--max_target_length"
-            if data_args.long_sentences == "error":
-                first = int(np.argmax(encoded["too_long"]))
-                raise UsageError(f"{where} (the first is pair {first}); --long_sentences error stops here")
-            if data_args.long_sentences == "skip":
-                encoded = encoded.filter(lambda flags: [not f for f in flags], input_columns="too_long", batched=True)
-                logger.warning("%s: skipped them (--long_sentences skip)", where)
-            else:
-                logger.warning("%s: truncated them (--long_sentences truncate)", where)
-        tokenized[split] = encoded.remove_columns("too_long")
-    return tokenized
+        except LongSentencesError as error:
+            raise UsageError(str(error)) from None
+
+
+def training_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) token counts per training example, for the token-batch sampler (from Arrow offsets)."""
+    return sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels")
+
+
+@dataclasses.dataclass
+class PreparedData:
+    raw: datasets.DatasetDict
+    stats: dict
+    source_lang: str
+    target_lang: str
+    tokenizer: object
+    tokenized: dict
+
+
+def prepare_training_data(
+    model_args: ModelArguments, data_args: DataArguments, training_args, tokenizer_source: str | None = None
+) -> PreparedData:
+    """Everything before the model: read the splits, load or train the joint BPE, tokenise (all cached on disk).
+
+    Text, tokenizer and tokenised splits are cached by content, so a repeated run on the same files reads no text,
+    trains no BPE and tokenises nothing. The Rust tokenizer uses every core here (see `tokenizers_parallelism`).
+    """
+    if data_args.preprocessing_num_workers:
+        # The tokenizer's thread pool reads this once, when first used: --preprocessing_num_workers caps it.
+        os.environ.setdefault("RAYON_NUM_THREADS", str(data_args.preprocessing_num_workers))
+    output_dir = Path(training_args.output_dir)
+    is_main = training_args.process_index == 0
+    with tokenizers_parallelism():
+        raw, stats = load_parallel_data(
+            data_args.source_lang,
+            data_args.target_lang,
+            dataset_name=data_args.dataset_name,
+            dataset_config_name=data_args.dataset_config_name,
+            source_column=data_args.source_column,
+            target_column=data_args.target_column,
+            data_dir=data_args.data_dir,
+            train_file=data_args.train_file,
+            validation_file=data_args.validation_file,
+            test_file=data_args.test_file,
+            toy_num_train=data_args.toy_num_train,
+            toy_num_validation=data_args.toy_num_validation,
+            toy_num_test=data_args.toy_num_test,
+            seed=training_args.seed,
+            return_stats=True,
+        )
+        source_lang, target_lang = raw["train"].features["translation"].languages
+        if data_args.source_lang:
+            source_lang, target_lang = data_args.source_lang, data_args.target_lang
+        for split, limit in (
+            ("train", data_args.max_train_samples),
+            ("validation", data_args.max_eval_samples),
+            ("test", data_args.max_test_samples),
+        ):
+            if limit is not None and split in raw:
+                raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+        logger.info("Data %s->%s: %s", source_lang, target_lang, {k: len(v) for k, v in raw.items()})
+
+        # ---- tokenizer (trained once, on the main process) ----
+        with training_args.main_process_first(desc="tokenizer"):
+            if tokenizer_source is None and not is_main:
+                tokenizer_source = str(output_dir)  # written by the main process a moment ago
+            tokenizer = load_or_train_tokenizer(
+                tokenizer_source,
+                raw["train"],
+                source_lang,
+                target_lang,
+                vocab_size=model_args.vocab_size,
+                min_frequency=model_args.bpe_min_frequency,
+                model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+                save_dir=output_dir if is_main else None,
+                cache_dir=default_cache_root(),
+            )
+        logger.info("Tokenizer: %d tokens", len(tokenizer))
+    tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
+    return PreparedData(raw, stats, source_lang, target_lang, tokenizer, tokenized)
 
 
 # ---- evaluation -----------------------------------------------------------------------------------------------------
@@ -309,6 +409,7 @@ def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric
 
 
 def main(argv: list[str] | None = None) -> dict:
+    check_launch()
     model_args, data_args, training_args = parse_arguments(argv)
     check_arguments(model_args, data_args, training_args)
     logging.basicConfig(
@@ -336,51 +437,10 @@ def main(argv: list[str] | None = None) -> dict:
     if tokenizer_source is None and (output_dir / "tokenizer.json").is_file():
         tokenizer_source = str(output_dir)
 
-    # ---- data ----
-    raw, stats = load_parallel_data(
-        data_args.source_lang,
-        data_args.target_lang,
-        dataset_name=data_args.dataset_name,
-        dataset_config_name=data_args.dataset_config_name,
-        source_column=data_args.source_column,
-        target_column=data_args.target_column,
-        data_dir=data_args.data_dir,
-        train_file=data_args.train_file,
-        validation_file=data_args.validation_file,
-        test_file=data_args.test_file,
-        toy_num_train=data_args.toy_num_train,
-        toy_num_validation=data_args.toy_num_validation,
-        toy_num_test=data_args.toy_num_test,
-        seed=training_args.seed,
-        return_stats=True,
-    )
-    source_lang, target_lang = raw["train"].features["translation"].languages
-    if data_args.source_lang:
-        source_lang, target_lang = data_args.source_lang, data_args.target_lang
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-        ("test", data_args.max_test_samples),
-    ):
-        if limit is not None and split in raw:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
-    logger.info("Data %s->%s: %s", source_lang, target_lang, {k: len(v) for k, v in raw.items()})
-
-    # ---- tokenizer (trained once, on the main process) ----
-    with training_args.main_process_first(desc="tokenizer"):
-        if tokenizer_source is None and not is_main:
-            tokenizer_source = str(output_dir)  # written by the main process a moment ago
-        tokenizer = load_or_train_tokenizer(
-            tokenizer_source,
-            raw["train"],
-            source_lang,
-            target_lang,
-            vocab_size=model_args.vocab_size,
-            min_frequency=model_args.bpe_min_frequency,
-            model_max_length=max(data_args.max_source_length, data_args.max_target_length),
-            save_dir=output_dir if is_main else None,
-        )
-    logger.info("Tokenizer: %d tokens", len(tokenizer))
+    # ---- data and tokenizer ----
+    prepared = prepare_training_data(model_args, data_args, training_args, tokenizer_source)
+    raw, stats, tokenizer, tokenized = prepared.raw, prepared.stats, prepared.tokenizer, prepared.tokenized
+    source_lang, target_lang = prepared.source_lang, prepared.target_lang
 
     model = build_model(model_args, data_args, tokenizer)
     set_paper_decoding(model, training_args)
@@ -389,8 +449,6 @@ def main(argv: list[str] | None = None) -> dict:
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps)
         logger.info("Learning rate: d_model^-0.5 * warmup^-0.5 = %.3g at its peak", training_args.learning_rate)
-
-    tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
 
     # ---- training ----
     from .metrics import load_translation_metric

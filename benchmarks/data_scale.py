@@ -1,0 +1,229 @@
+"""The training data path at WMT 2014 scale: wall time, CPU time and peak memory from text files to batches.
+
+It writes a deterministic synthetic corpus shaped like WMT 2014 en-de (two "languages", sentence lengths with
+a mean of about 22 words and a tail to 230, Zipf-distributed words drawn from several hundred thousand types
+built from syllables so that BPE has something to merge) under /tmp, then runs the project's data path on it
+in a child process:
+
+    read the text pair -> train the joint BPE (37k) -> tokenise every split -> per-example lengths
+
+that is, everything `training.train` does before the first training step (see `prepare_training_data`). The
+child runs twice on the same data and a fresh output folder each time: the first run builds the caches, the
+second is what a restarted or repeated run costs. Peak RSS is the child's (`ru_maxrss`, the largest process
+of the child's tree); CPU time is user + system of the child and its descendants.
+
+    python benchmarks/data_scale.py --sizes 45000,450000          # about 4 minutes on 2 cores
+    python benchmarks/data_scale.py --sizes 4500000 --runs 2      # the en-de size
+
+It is a benchmark, not a test: it prints a table and writes JSON, and asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# ---- the synthetic corpus -------------------------------------------------------------------------------------------
+
+# Syllables per "language": the second has umlauts and ß so the two scripts differ as German and English do.
+_SYLLABLES = {
+    "en": "th an er on re in ed nd ha at en es of or nt ea ti to it st io le is ou ar as de rt ve".split()
+    + "b c d f g h k l m n p r s t w y a e i o u".split(),
+    "de": "ei ch sch en er un ge be ie au ä ö ü ß st zu in de te ne re an ig ung lich keit".split()
+    + "b d f g h k l m n p r s t w z a e i o u".split(),
+}
+MEAN_WORDS, MAX_WORDS = 22, 230
+
+
+def _word_types(lang: str, num_types: int, seed: int) -> np.ndarray:
+    """`num_types` distinct words, shortest for the most frequent ranks (as in natural languages)."""
+    rng = np.random.default_rng(seed)
+    syllables = np.array(_SYLLABLES[lang], dtype=object)
+    words: list[str] = []
+    seen: set[str] = set()
+    start = 0
+    while len(words) < num_types:
+        # Candidates in bulk: 1 syllable for the top ranks, up to 6 for the rare tail; duplicates are skipped.
+        ranks = np.arange(start, start + num_types)
+        counts = rng.integers(1, 2 + np.minimum(5, np.log10(ranks + 10).astype(np.int64)))
+        picks = syllables[rng.integers(0, len(syllables), size=(num_types, 6))]
+        for row, count in zip(picks.tolist(), counts.tolist(), strict=True):
+            word = "".join(row[:count])
+            if word not in seen:
+                seen.add(word)
+                words.append(word)
+                if len(words) == num_types:
+                    break
+        start += num_types
+    return np.array(words, dtype=object)
+
+
+def _sentence_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
+    # Log-normal with median ~17 and mean ~22 words, clipped to [1, 230]: WMT14 en-de's shape.
+    lengths = np.exp(rng.normal(np.log(17.0), 0.72, size=n))
+    return np.clip(np.rint(lengths), 1, MAX_WORDS).astype(np.int64)
+
+
+def write_corpus(
+    folder: Path, num_pairs: int, num_types: int = 350_000, seed: int = 0, eval_pairs: tuple[int, int] = (3000, 3003)
+) -> Path:
+    """Write `folder/{train,valid,test}.{en,de}` unless already complete; return the folder.
+
+    `eval_pairs` are the sizes of valid and test (newstest2013 and newstest2014 have 3,000 and 3,003 pairs).
+    """
+    done = folder / "COMPLETE"
+    if done.is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    splits = {"train": num_pairs, "valid": eval_pairs[0], "test": eval_pairs[1]}
+    vocab = {lang: _word_types(lang, num_types, seed + i) for i, lang in enumerate(("en", "de"))}
+    # Zipf's law with exponent 1.0 over the ranks: the sampling CDF, shared by both languages.
+    weights = 1.0 / np.arange(1, num_types + 1)
+    cdf = np.cumsum(weights) / weights.sum()
+    rng = np.random.default_rng(seed)
+    chunk = 100_000
+    for split, size in splits.items():
+        handles = {lang: open(folder / f"{split}.{lang}", "w", encoding="utf-8") for lang in vocab}  # noqa: SIM115
+        try:
+            for start in range(0, size, chunk):
+                n = min(chunk, size - start)
+                source_lengths = _sentence_lengths(rng, n)
+                # The target has roughly the source's length (a translation), not an independent one.
+                target_lengths = np.clip(
+                    np.rint(source_lengths * np.exp(rng.normal(0.0, 0.15, size=n))), 1, MAX_WORDS
+                ).astype(np.int64)
+                for lang, lengths in (("en", source_lengths), ("de", target_lengths)):
+                    ids = np.searchsorted(cdf, rng.random(int(lengths.sum())))
+                    words = vocab[lang][np.minimum(ids, num_types - 1)].tolist()
+                    ends = np.cumsum(lengths).tolist()
+                    begin = 0
+                    lines = []
+                    for end in ends:
+                        lines.append(" ".join(words[begin:end]) + " .")
+                        begin = end
+                    handles[lang].write("\n".join(lines) + "\n")
+        finally:
+            for handle in handles.values():
+                handle.close()
+    done.write_text(json.dumps({"num_pairs": num_pairs, "num_types": num_types, "seed": seed}) + "\n")
+    return folder
+
+
+# ---- the measured child ---------------------------------------------------------------------------------------------
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run the data path of `training.train` once and print one JSON line of timings."""
+    started = time.monotonic()
+    from hf_vaswani_training import train
+
+    model_args, data_args, training_args = train.parse_arguments(
+        [
+            "--data_dir", args.corpus, "--source_lang", "en", "--target_lang", "de",
+            "--vocab_size", str(args.vocab_size), "--output_dir", args.output_dir,
+            "--max_source_length", "256", "--max_target_length", "256", "--long_sentences", "truncate",
+            "--max_tokens", "25000", "--report_to", "none",
+        ]
+    )  # fmt: skip
+    imported = time.monotonic()
+    prepared = train.prepare_training_data(model_args, data_args, training_args)
+    lengths = train.training_lengths(prepared.tokenized["train"])
+    done = time.monotonic()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "import_s": round(imported - started, 2),
+                "data_path_s": round(done - imported, 2),
+                "train_examples": len(lengths[0]),
+                "source_tokens": int(lengths[0].sum()),
+                "target_tokens": int(lengths[1].sum()),
+                "vocab": len(prepared.tokenizer),
+                "self_maxrss_mb": round(usage.ru_maxrss / 1024, 1),
+            }
+        ),
+        flush=True,
+    )
+
+
+def measure(corpus: Path, output_dir: Path, vocab_size: int, env: dict[str, str]) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    command = [sys.executable, __file__, "--child", "--corpus", str(corpus), "--output-dir", str(output_dir)]
+    command += ["--vocab-size", str(vocab_size)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-5000:] + proc.stderr[-5000:])
+        raise SystemExit(f"the data path failed (exit {proc.returncode})")
+    result = next(json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    result.update(
+        wall_s=round(wall, 1),
+        cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+        # RUSAGE_CHILDREN's maxrss is the largest single descendant, i.e. the child (or a worker of it).
+        peak_rss_mb=round(after.ru_maxrss / 1024, 1),
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="45000,450000", help="Comma-separated training pair counts.")
+    parser.add_argument("--runs", type=int, default=2, help="Runs per size: the first builds caches.")
+    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--workdir", default="/tmp/vaswani_data_scale", help="Corpus and caches (not the repo).")
+    parser.add_argument("--json", default=None, help="Also write the results here.")
+    parser.add_argument("--keep-cache", action="store_true", help="Start from existing caches (default: clear).")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--output-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    workdir = Path(args.workdir)
+    cache = workdir / "hf_cache"
+    env = dict(os.environ, HF_DATASETS_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    env.pop("TOKENIZERS_PARALLELISM", None)  # what a user's shell has: the project decides
+    load = os.getloadavg()[0]
+    print(f"cpus={os.cpu_count()} load average={load:.1f} (other work on the machine slows wall time, not CPU time)")
+    rows = []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        t0 = time.monotonic()
+        corpus = write_corpus(workdir / f"corpus-{size}", size)
+        print(f"corpus of {size} pairs ready in {time.monotonic() - t0:.0f}s: {corpus}", flush=True)
+        if not args.keep_cache and cache.exists():
+            shutil.rmtree(cache)
+        for run in range(1, args.runs + 1):
+            output_dir = workdir / f"out-{size}-{run}"
+            shutil.rmtree(output_dir, ignore_errors=True)
+            result = measure(corpus, output_dir, args.vocab_size, env)
+            result.update(pairs=size, run=run)
+            rows.append(result)
+            print(json.dumps(result), flush=True)
+            shutil.rmtree(output_dir, ignore_errors=True)
+
+    print(f"\n{'pairs':>9} {'run':>3} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'src tokens':>12} {'vocab':>6}")
+    for r in rows:
+        print(
+            f"{r['pairs']:>9} {r['run']:>3} {r['wall_s']:>8} {r['cpu_s']:>8} {r['peak_rss_mb']:>12} "
+            f"{r['source_tokens']:>12} {r['vocab']:>6}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

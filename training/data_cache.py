@@ -1,0 +1,342 @@
+"""Tokenised splits in an on-disk Arrow cache, built batch by batch, reused when nothing changed.
+
+At WMT 2014 size (4.5M pairs en-de, 36M en-fr) the tokenised corpus must neither live in RAM as Python lists nor be
+rebuilt on every run. `tokenize_to_cache` reads each split as Arrow record batches (never the whole split as Python
+objects), encodes a batch with the Rust tokenizer's `encode_batch_fast` (parallel over the batch on every core), and
+appends `input_ids` / `labels` as Arrow list columns of `uint16` (vocabularies up to 65,536) or `int32` to an Arrow
+IPC file, the format `datasets.Dataset.from_file` memory-maps. Memory is bounded by one batch, not the corpus.
+
+The cache is a folder `tokenized-<key>` under the cache root; the key hashes everything the result depends on:
+
+* each split's identity: the `datasets` fingerprint of a file-backed dataset (for local text files,
+  `training.data` derives it from the files' content hash, or their path, size, mtime and inode when large);
+* the tokenizer: its full serialisation (`tokenizer.json`) for fast tokenizers, `datasets`' hash otherwise;
+* the length settings: `max_source_length`, `max_target_length`, `long_sentences`, and the languages.
+
+It is written to a temporary folder in the same parent and renamed into place only when complete, so a run killed
+half-way leaves a `.tmp-*` folder that is never read (and is removed by the next build), never a half cache.
+Datasets held in memory (the embedded toy corpus, `Dataset.from_dict`) have no stable identity and are tokenised
+in memory the same way, without a cache.
+
+The attention mask is not stored: it is all ones before padding, and `DataCollatorForSeq2Seq` (through the
+tokenizer's `pad`) builds it per batch. Lengths for the token-batch sampler come from the Arrow list offsets
+(`sequence_lengths`), not from walking a column in Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets import Dataset, Features, Value
+
+logger = logging.getLogger(__name__)
+
+# Bump when the layout or the rules of the tokenised cache change, so older caches are not read.
+CACHE_VERSION = 1
+LONG_SENTENCE_POLICIES = ("truncate", "skip", "error")
+# Pairs per encode_batch call: large enough to keep every core busy, small enough to bound memory (~60 MB).
+DEFAULT_BATCH_SIZE = 20_000
+
+
+class LongSentencesError(ValueError):
+    """--long_sentences error and a training pair is longer than the limits; the message names the count and the first."""
+
+
+def default_cache_root() -> Path:
+    """`$HF_DATASETS_CACHE/hf_vaswani`: beside the `datasets` cache, where users already budget disk for data."""
+    return Path(datasets.config.HF_DATASETS_CACHE) / "hf_vaswani"
+
+
+@contextlib.contextmanager
+def tokenizers_parallelism() -> Iterator[None]:
+    """Let the Rust tokenizer use every core inside the block, then turn its thread pool off for the run.
+
+    Training used to set TOKENIZERS_PARALLELISM=false for the whole run, so tokenising ran on one core. The reason
+    for it stands after the data path: a process forked after the Rust thread pool has run (DataLoader workers,
+    `datasets` num_proc) cannot use the pool, and tokenizers then disables it with a warning, as a guard against
+    deadlocks. The data path runs before any fork, so it may use every core; on leaving the block the variable is
+    set to false, so the workers forked later are safe and quiet. A value the user set is left alone.
+    """
+    if "TOKENIZERS_PARALLELISM" in os.environ:
+        yield
+        return
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    try:
+        yield
+    finally:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of everything that decides the ids the tokenizer produces."""
+    digest = hashlib.sha256(type(tokenizer).__name__.encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        digest.update(backend.to_str().encode())
+        digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
+    else:
+        from datasets.fingerprint import Hasher
+
+        digest.update(Hasher.hash(tokenizer).encode())
+    return digest.hexdigest()[:32]
+
+
+def dataset_fingerprint(dataset: Dataset) -> str | None:
+    """The `datasets` fingerprint of a file-backed dataset; None for one held only in memory."""
+    if not dataset.cache_files:
+        return None
+    return dataset._fingerprint
+
+
+def sequence_lengths(dataset: Dataset, column: str) -> np.ndarray:
+    """Per-example lengths of a list column, from the Arrow offsets (no Python walk over the rows)."""
+    lengths = pc.list_value_length(dataset.data.column(column)).to_numpy(zero_copy_only=False)
+    indices = getattr(dataset, "_indices", None)
+    if indices is not None:  # after select/shuffle/filter the rows are a mapping into the table
+        lengths = lengths[indices.column(0).to_numpy()]
+    return lengths.astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    num_examples: int
+    num_too_long: int
+    first_too_long: int | None
+
+
+def tokenize_to_cache(
+    raw: Mapping[str, Dataset],
+    tokenizer,
+    source_lang: str,
+    target_lang: str,
+    max_source_length: int,
+    max_target_length: int,
+    long_sentences: str = "truncate",
+    cache_root: str | os.PathLike[str] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> dict[str, Dataset]:
+    """`input_ids` and `labels` for every split, from a cache when one matches, else built (and cached).
+
+    Pairs longer than `max_source_length` / `max_target_length` (EOS included) are truncated to the limit with
+    their EOS kept in every split; in the train split `long_sentences` decides first: "truncate", "skip" (drop the
+    pair) or "error" (a ValueError naming the count and the first pair).
+
+    Args:
+        raw: split name -> dataset with a `translation` column of `{source_lang: str, target_lang: str}`.
+        cache_root: where the cache folders live (default `default_cache_root()`); None together with in-memory
+            datasets means no cache.
+        batch_size: pairs encoded per call.
+    """
+    if long_sentences not in LONG_SENTENCE_POLICIES:
+        raise ValueError(f"long_sentences={long_sentences!r}: expected one of {', '.join(LONG_SENTENCE_POLICIES)}")
+    for name, limit in (("max_source_length", max_source_length), ("max_target_length", max_target_length)):
+        if limit < 1:
+            raise ValueError(f"{name}={limit} must be at least 1 (the EOS token)")
+    settings = {
+        "version": CACHE_VERSION,
+        "languages": [source_lang, target_lang],
+        "max_source_length": max_source_length,
+        "max_target_length": max_target_length,
+        "long_sentences": long_sentences,
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "splits": {split: dataset_fingerprint(dataset) for split, dataset in raw.items()},
+    }
+    vocab = len(tokenizer)
+    id_type = "uint16" if vocab <= np.iinfo(np.uint16).max + 1 else "int32"
+    features = Features({"input_ids": datasets.List(Value(id_type)), "labels": datasets.List(Value(id_type))})
+    builder = _SplitBuilder(
+        tokenizer, source_lang, target_lang, max_source_length, max_target_length, long_sentences, features
+    )
+
+    if any(fingerprint is None for fingerprint in settings["splits"].values()):
+        # In memory in, in memory out: nothing identifies the data across runs.
+        result = {}
+        for split, dataset in raw.items():
+            table, summary = builder.build(dataset, split, batch_size, sink=None)
+            _report(split, summary, long_sentences)
+            result[split] = Dataset(datasets.table.InMemoryTable(table), split=datasets.Split(split))
+        return result
+
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
+    folder = root / f"tokenized-{key}"
+    summaries = _read_complete(folder)
+    if summaries is None or set(summaries) != set(raw):
+        summaries = _build_cache(raw, builder, folder, settings, batch_size, long_sentences)
+    else:
+        logger.info("tokenised splits from the cache %s", folder)
+        for split, summary in summaries.items():
+            _report(split, summary, long_sentences)
+    return {split: Dataset.from_file(str(folder / f"{split}.arrow"), split=datasets.Split(split)) for split in raw}
+
+
+def _read_complete(folder: Path) -> dict[str, SplitSummary] | None:
+    meta = folder / "meta.json"
+    if not meta.is_file():
+        return None
+    try:
+        stored = json.loads(meta.read_text())
+        return {split: SplitSummary(**summary) for split, summary in stored["splits"].items()}
+    except (ValueError, KeyError, TypeError) as err:
+        logger.warning("ignoring the unreadable cache %s (%s); rebuilding it", folder, err)
+        return None
+
+
+def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, long_sentences: str):
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(folder.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
+    started = time.monotonic()
+    try:
+        summaries = {}
+        for split, dataset in raw.items():
+            _, summary = builder.build(dataset, split, batch_size, sink=staging / f"{split}.arrow")
+            _report(split, summary, long_sentences)
+            summaries[split] = summary
+        meta = {"settings": settings, "splits": {split: vars(s) for split, s in summaries.items()}}
+        (staging / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        try:
+            os.rename(staging, folder)  # atomic: the cache appears complete or not at all
+        except OSError:
+            if _read_complete(folder) is None:
+                raise
+            # Another process (a second rank) finished the same cache first; theirs is identical.
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("tokenised %d splits in %.1fs into %s", len(summaries), time.monotonic() - started, folder)
+    return summaries
+
+
+def _remove_stale_temporaries(root: Path, older_than_s: float = 24 * 3600) -> None:
+    """Staging folders of runs killed long ago (a day old: a live build of another process is never older)."""
+    now = time.time()
+    for path in root.glob(".tmp-tokenized-*"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > older_than_s:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _report(split: str, summary: SplitSummary, long_sentences: str) -> None:
+    if split != "train" or not summary.num_too_long:
+        return
+    where = (
+        f"{summary.num_too_long} of {summary.num_examples + (summary.num_too_long if long_sentences == 'skip' else 0)}"
+        " training pairs exceed --max_source_length/--max_target_length"
+    )
+    if long_sentences == "error":
+        raise LongSentencesError(
+            f"{where} (the first is pair {summary.first_too_long}); --long_sentences error stops here"
+        )
+    if long_sentences == "skip":
+        logger.warning("%s: skipped them (--long_sentences skip)", where)
+    else:
+        logger.warning("%s: truncated them (--long_sentences truncate)", where)
+
+
+class _SplitBuilder:
+    def __init__(self, tokenizer, source_lang, target_lang, max_source_length, max_target_length, policy, features):
+        self.tokenizer = tokenizer
+        self.source_lang, self.target_lang = source_lang, target_lang
+        self.limits = (max_source_length, max_target_length)
+        self.policy = policy
+        self.features = features
+        self.schema = features.arrow_schema
+        self.value_type = self.schema.field("input_ids").type.value_type
+        self.dtype = np.uint16 if self.value_type == pa.uint16() else np.int32
+        # The plain Rust-backed class (the project's joint BPE) encodes sources and targets alike, and its __call__
+        # without options is the backend's encode with special tokens; calling the backend directly skips the
+        # per-sentence BatchEncoding conversion (a third of the time). Anything else (a Marian-style tokenizer
+        # with a target vocabulary, a slow tokenizer) goes through its own __call__ / text_target.
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        plain = type(tokenizer).__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")
+        self.backend = backend if plain and backend.truncation is None and backend.padding is None else None
+
+    def _encode(self, texts: list[str], target: bool) -> list[list[int]]:
+        if self.backend is not None:
+            encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+            return [encoding.ids for encoding in encode(texts, add_special_tokens=True)]
+        if target:
+            return self.tokenizer(text_target=texts)["input_ids"]
+        return self.tokenizer(texts)["input_ids"]
+
+    def build(self, dataset: Dataset, split: str, batch_size: int, sink: Path | None):
+        """Tokenise one split into `sink` (an Arrow IPC stream file) or, when None, into a returned table."""
+        if "translation" not in dataset.column_names:
+            raise ValueError(f"the {split} split has no 'translation' column (columns: {dataset.column_names})")
+        apply_policy = split == "train"
+        kept = too_long_count = seen = 0
+        first_too_long = None
+        batches: list[pa.RecordBatch] = []
+        writer = pa.ipc.new_stream(str(sink), self.schema) if sink is not None else None
+        try:
+            for table in dataset.with_format("arrow").iter(batch_size=batch_size):
+                pairs = table.column("translation")
+                sources = pc.struct_field(pairs, [self.source_lang]).to_pylist()
+                targets = pc.struct_field(pairs, [self.target_lang]).to_pylist()
+                source_ids = self._encode(sources, target=False)
+                target_ids = self._encode(targets, target=True)
+                source_lengths = np.fromiter(map(len, source_ids), dtype=np.int64, count=len(source_ids))
+                target_lengths = np.fromiter(map(len, target_ids), dtype=np.int64, count=len(target_ids))
+                too_long = (source_lengths > self.limits[0]) | (target_lengths > self.limits[1])
+                keep = None
+                if too_long.any():
+                    rows = np.flatnonzero(too_long)
+                    if first_too_long is None:
+                        first_too_long = seen + int(rows[0])
+                    if apply_policy:
+                        too_long_count += rows.size
+                    if apply_policy and self.policy == "skip":
+                        keep = ~too_long
+                    else:
+                        # Truncation keeps the EOS at the end, as the model sees at inference.
+                        for row in rows.tolist():
+                            for ids, limit in ((source_ids, self.limits[0]), (target_ids, self.limits[1])):
+                                if len(ids[row]) > limit:
+                                    ids[row] = ids[row][: limit - 1] + ids[row][-1:]
+                seen += len(source_ids)
+                if apply_policy and self.policy == "error" and too_long_count:
+                    continue  # only the count matters now; the split is not written
+                if keep is not None:
+                    rows = np.flatnonzero(keep).tolist()
+                    source_ids = [source_ids[i] for i in rows]
+                    target_ids = [target_ids[i] for i in rows]
+                batch = pa.RecordBatch.from_arrays(
+                    [self._list_array(source_ids), self._list_array(target_ids)], schema=self.schema
+                )
+                kept += batch.num_rows
+                if writer is not None:
+                    writer.write_batch(batch)
+                else:
+                    batches.append(batch)
+        finally:
+            if writer is not None:
+                writer.close()
+        summary = SplitSummary(kept, too_long_count, first_too_long if too_long_count else None)
+        if apply_policy and self.policy == "error" and too_long_count:
+            _report(split, SplitSummary(seen, too_long_count, first_too_long), "error")
+        table = pa.Table.from_batches(batches, schema=self.schema) if writer is None else None
+        return table, summary
+
+    def _list_array(self, rows: list[list[int]]) -> pa.ListArray:
+        lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter(chain.from_iterable(rows), dtype=self.dtype, count=int(offsets[-1]))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=self.value_type))
