@@ -10,7 +10,8 @@ in a child process:
 that is, everything `training.train` does before the first training step (see `prepare_training_data`). The
 child runs twice on the same data and a fresh output folder each time: the first run builds the caches, the
 second is what a restarted or repeated run costs. Peak RSS is the child's (`ru_maxrss`, the largest process
-of the child's tree); CPU time is user + system of the child and its descendants.
+of the child's tree, as the child reports it); CPU time is user + system of the child and its descendants.
+Other work on the machine slows wall time more than CPU time: compare runs by CPU time when it is shared.
 
     python benchmarks/data_scale.py --sizes 45000,450000          # about 4 minutes on 2 cores
     python benchmarks/data_scale.py --sizes 4500000 --runs 2      # the en-de size
@@ -139,6 +140,7 @@ def child(args: argparse.Namespace) -> None:
     lengths = train.training_lengths(prepared.tokenized["train"])
     done = time.monotonic()
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # num_proc workers, if any
     print(
         "RESULT "
         + json.dumps(
@@ -149,7 +151,7 @@ def child(args: argparse.Namespace) -> None:
                 "source_tokens": int(lengths[0].sum()),
                 "target_tokens": int(lengths[1].sum()),
                 "vocab": len(prepared.tokenizer),
-                "self_maxrss_mb": round(usage.ru_maxrss / 1024, 1),
+                "peak_rss_mb": round(max(usage.ru_maxrss, workers.ru_maxrss) / 1024, 1),
             }
         ),
         flush=True,
@@ -171,8 +173,6 @@ def measure(corpus: Path, output_dir: Path, vocab_size: int, env: dict[str, str]
     result.update(
         wall_s=round(wall, 1),
         cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-        # RUSAGE_CHILDREN's maxrss is the largest single descendant, i.e. the child (or a worker of it).
-        peak_rss_mb=round(after.ru_maxrss / 1024, 1),
     )
     return result
 

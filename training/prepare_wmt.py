@@ -5,7 +5,7 @@ Commentary v9), the newstest2013 development set and the newstest2014 test set, 
 (`newstest2014-deen-src.en.sgm`) or as plain text (sacreBLEU's `sacrebleu -t wmt14 -l en-de --echo src`).
 This command concatenates the training corpora into `train.SRC` / `train.TGT` and writes `valid.*` and `test.*`:
 
-    python -m training.prepare_wmt --source_lang en --target_lang de --out data/wmt14-en-de \
+    python -m hf_vaswani_training.prepare_wmt --source_lang en --target_lang de --out data/wmt14-en-de \
         --train wmt14/europarl-v7.de-en wmt14/commoncrawl.de-en wmt14/news-commentary-v9.de-en \
         --validation wmt14/newstest2013 --test wmt14/newstest2014
 
@@ -13,7 +13,7 @@ Each `--train/--validation/--test` value is a text-pair prefix (`PREFIX.en` + `P
 for the SGML test sets a pair of `.sgm` files given as `SRC.sgm,TGT.sgm`. Or from a dataset in the Hub layout
 (`datasets.load_dataset`, e.g. `wmt14` / `de-en` on a machine that reaches the Hub, or a local folder):
 
-    python -m training.prepare_wmt --source_lang en --target_lang de --out data/wmt14-en-de \
+    python -m hf_vaswani_training.prepare_wmt --source_lang en --target_lang de --out data/wmt14-en-de \
         --dataset_name wmt14 --dataset_config_name de-en
 
 Everything streams (the 4.5M pairs are never in memory) and is checked on the way: files of different lengths and
@@ -144,7 +144,7 @@ def prepare(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m training.prepare_wmt", description=__doc__.split("\n\n")[0].replace("\n", " ")
+        prog="python -m hf_vaswani_training.prepare_wmt", description=__doc__.split("\n\n")[0].replace("\n", " ")
     )
     parser.add_argument("--source_lang", required=True, help="e.g. en")
     parser.add_argument("--target_lang", required=True, help="e.g. de")
@@ -168,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, count in counts.items():
         print(f"{name}: {count:,} pairs -> {Path(args.out) / name}.{{{args.source_lang},{args.target_lang}}}")
     print(
-        f"next: python -m training.train training/recipes/wmt14-en-de-base.json --data_dir {args.out}"
+        f"next: vaswani-train wmt14-en-de-base --data_dir {args.out}  (the big model: wmt14-en-de-big)"
         if (args.source_lang, args.target_lang) == ("en", "de")
-        else f"next: python -m training.train --data_dir {args.out} --source_lang {args.source_lang} "
+        else f"next: vaswani-train --data_dir {args.out} --source_lang {args.source_lang} "
         f"--target_lang {args.target_lang} ..."
     )
     return 0
