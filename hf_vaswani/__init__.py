@@ -27,7 +27,12 @@ VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 # transformers 5.23 has no translation task; registered, the pipeline's save_pretrained writes `custom_pipelines` into
 # config.json and copies its code, so `pipeline("translation", model=folder, trust_remote_code=True)` finds it.
-PIPELINE_REGISTRY.register_pipeline("translation", VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM)
+if "translation" not in PIPELINE_REGISTRY.get_supported_tasks():
+    PIPELINE_REGISTRY.register_pipeline("translation", VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM)
+else:  # before 5.23: leave transformers' own in place, and mark ours as register_pipeline would for saving
+    VaswaniTranslationPipeline._registered_impl = {
+        "translation": {"impl": VaswaniTranslationPipeline, "pt": (AutoModelForSeq2SeqLM,)}
+    }
 
 __version__ = "0.1.0"
 

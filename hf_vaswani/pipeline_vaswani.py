@@ -54,7 +54,9 @@ class VaswaniTranslationPipeline(Pipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _load_video_processor = False
-    _pipeline_calls_generate = True
+    # Not `True`: generate() arguments then stay ordinary forward parameters, passed to generate() as given, where
+    # Pipeline's own generation handling would add its defaults and differs across transformers 5.x releases.
+    _pipeline_calls_generate = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -68,7 +70,7 @@ class VaswaniTranslationPipeline(Pipeline):
         postprocess_params = {key: kwargs.pop(key) for key in _POSTPROCESS_PARAMS if key in kwargs}
         if postprocess_params.get("return_text") is False and not postprocess_params.get("return_tensors"):
             raise ValueError("return_text=False needs return_tensors=True, or the pipeline would return nothing")
-        # The rest are generate() arguments; `Pipeline.__init__` set aside the ones it recognised as such already.
+        # The rest are generate() arguments (at construction, they apply to every call).
         return preprocess_params, kwargs, postprocess_params
 
     def __call__(self, inputs: str | list[str], **kwargs: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
@@ -101,7 +103,6 @@ class VaswaniTranslationPipeline(Pipeline):
         return {key: encoded[key] for key in ("input_ids", "attention_mask")}
 
     def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         if not isinstance(output_ids, torch.Tensor):  # return_dict_in_generate=True
             output_ids = output_ids.sequences
