@@ -33,6 +33,7 @@ import math
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -512,7 +513,8 @@ def alignment_html(weights: np.ndarray, source_labels: list[str], target_label: 
         f"<b>{html.escape(source_labels[best])}</b> most ({where})"
     )
     return (
-        f'<div id="alignment" class="vx-alignment" data-target="{html.escape(target_label)}" style="{_FONT}">'
+        f'<div id="alignment" class="vx-alignment" data-target="{html.escape(target_label)}" '
+        f'data-position="{position}" style="{_FONT}">'
         f'<p style="margin:4px 0 8px 0">{heading}</p><div style="line-height:2.1">{"".join(chips)}</div>'
         f'<div style="display:grid;grid-template-columns:auto 1fr auto;gap:3px 10px;margin-top:10px;font-size:13px;'
         f'max-width:640px">{"".join(bars)}</div></div>'
@@ -613,6 +615,7 @@ def render_attention(state: dict | None, kind: str, layer: str | int, head: str,
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 CSS = """
+.vx-hidden { display: none !important; }
 #notice p { color: #8a4b00; }
 #model-status p { margin: 0; }
 """
@@ -707,6 +710,8 @@ def build_app(model_dir_or_repo: str | None = None) -> gr.Blocks:
                         value=default_alpha, label="α", minimum=0.0, maximum=3.0, step=0.1, elem_id="alpha"
                     )
                 translate_button = gr.Button("Translate", variant="primary", elem_id="translate-button")
+                # How many answers this page got; hidden by CSS. Scripts driving the page wait for it to go up.
+                answers = gr.Number(0, precision=0, elem_id="answers", elem_classes=["vx-hidden"], interactive=False)
                 notice = gr.Markdown("", elem_id="notice")
                 translation = gr.Textbox(
                     label="Translation (best hypothesis)", elem_id="translation", interactive=False
@@ -774,7 +779,10 @@ def build_app(model_dir_or_repo: str | None = None) -> gr.Blocks:
         load_button.click(on_load, inputs=source_box, outputs=load_outputs)
         source_box.submit(on_load, inputs=source_box, outputs=load_outputs)
 
-        def on_translate(
+        def on_translate(count, *values):
+            return (int(count or 0) + 1, *translate_view(*values))
+
+        def translate_view(
             source, text, num_beams, use_greedy, nbest, use_gnmt, alpha_value, kind_now, layer_now, head_now
         ):
             loaded = current(source)
@@ -787,6 +795,7 @@ def build_app(model_dir_or_repo: str | None = None) -> gr.Blocks:
             )
             if loaded is None:
                 return ("⚠️ No model is loaded: choose a model folder above and press Load.", *empty)
+            started = time.perf_counter()
             try:
                 result = translate_sentence(
                     loaded, text or "", num_beams, use_greedy, nbest, use_gnmt, alpha_value if alpha_value else 0.0
@@ -805,8 +814,16 @@ def build_app(model_dir_or_repo: str | None = None) -> gr.Blocks:
             choices = [(f"{i}: {label}", i) for i, label in enumerate(labels)]
             picked = 0
             html_map, html_alignment = render_attention(state, kind_now, layer_now, head_now, picked)
+            seconds = time.perf_counter() - started
+            decoding = "greedy search" if use_greedy else f"beam {int(num_beams)}"
+            if not use_greedy and int(num_beams) > 1:
+                decoding += f", GNMT α={float(alpha_value or 0.0):g}" if use_gnmt else ", no length penalty"
+            done = (
+                f"Translated in {seconds:.2f} s ({decoding}; {len(result.source_tokens)} source tokens, "
+                f"{len(result.target_tokens)} output tokens)."
+            )
             return (
-                " ".join(f"⚠️ {n}" for n in result.notices),
+                "  \n".join([*(f"⚠️ {n}" for n in result.notices), done]),
                 result.text,
                 rows,
                 state,
@@ -815,8 +832,8 @@ def build_app(model_dir_or_repo: str | None = None) -> gr.Blocks:
                 html_alignment,
             )
 
-        translate_inputs = [model_source, sentence, beams, greedy, n_best, gnmt, alpha, kind, layer, head]
-        translate_outputs = [notice, translation, hypotheses, translation_state, token, heatmap, alignment]
+        translate_inputs = [answers, model_source, sentence, beams, greedy, n_best, gnmt, alpha, kind, layer, head]
+        translate_outputs = [answers, notice, translation, hypotheses, translation_state, token, heatmap, alignment]
         translate_button.click(on_translate, inputs=translate_inputs, outputs=translate_outputs)
         sentence.submit(on_translate, inputs=translate_inputs, outputs=translate_outputs)
 
