@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import GNMTLengthPenalty, VaswaniGenerationMixin
+from .generation_vaswani import PAPER_DECODING, VaswaniGenerationMixin, gnmt_length_penalty, set_paper_decoding
 from .modeling_vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniModel,
@@ -37,15 +37,17 @@ else:  # before 5.23: leave transformers' own in place, and mark ours as registe
 __version__ = "0.1.0"
 
 __all__ = [
-    "GNMTLengthPenalty",
+    "PAPER_DECODING",
     "VaswaniConfig",
     "VaswaniForConditionalGeneration",
     "VaswaniGenerationMixin",
     "VaswaniModel",
     "VaswaniPreTrainedModel",
     "VaswaniTranslationPipeline",
+    "gnmt_length_penalty",
     "load_preset",
     "preset_config",
     "preset_names",
+    "set_paper_decoding",
     "sinusoidal_position_encoding",
 ]

@@ -7,7 +7,12 @@ transformers, and `modeling_vaswani.py` imports it as a sibling (`from .generati
 what makes `save_pretrained` copy it with the model's code.
 """
 
+import functools
+import inspect
+from types import MappingProxyType
+
 import torch
+import transformers
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, logits_process
@@ -20,19 +25,46 @@ from transformers.generation.stopping_criteria import (
     StopStringCriteria,
 )
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+# §6.1: "we used beam search with a beam size of 4 and length penalty alpha = 0.6 [...] We set the maximum output
+# length during inference to input length + 50, but terminate early when possible." The one definition of the
+# paper's decoding: the model's default generation config and the training recipe both read it.
+# early_stopping="never" is Hugging Face's form of "terminate early when possible": a source's search ends once no
+# running beam can still beat its finished hypotheses under the length penalty.
+PAPER_DECODING = MappingProxyType(
+    {
+        "num_beams": 4,
+        "length_penalty": 0.6,
+        "length_penalty_type": "gnmt",
+        "max_length_offset": 50,
+        "early_stopping": "never",
+    }
+)
 
 
-class GNMTLengthPenalty(float):
+def set_paper_decoding(generation_config: GenerationConfig, **overrides) -> GenerationConfig:
+    """Write the paper's decoding (`PAPER_DECODING`, then `overrides`) into `generation_config`; returns it.
+
+    Set attribute by attribute: `length_penalty_type` and `max_length_offset` are this model's entries, which
+    `GenerationConfig.update` would not take.
+    """
+    for name, value in {**PAPER_DECODING, **overrides}.items():
+        setattr(generation_config, name, value)
+    return generation_config
+
+
+def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
     """The length penalty of Wu et al. (2016), used by the paper's beam search (§6.1, alpha = 0.6):
 
         score(Y) = log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
 
-    Hugging Face's `length_penalty` divides by |Y| ** alpha instead. This float carries alpha through
-    `GenerationMixin._beam_search` and marks the GNMT formula for the two scoring hooks below.
+    Hugging Face's `length_penalty` divides by |Y| ** alpha instead; `length_penalty_type="gnmt"` in the generation
+    config selects this formula, with `length_penalty` as alpha.
     """
-
-    def penalty(self, length: int | torch.Tensor) -> float | torch.Tensor:
-        return ((5.0 + length) / 6.0) ** float(self)
+    return ((5.0 + length) / 6.0) ** float(alpha)
 
 
 class _SourceLengthStoppingCriteria(StoppingCriteria):
@@ -78,6 +110,121 @@ _ROW_DROPPING_MODEL_KWARGS = {
     "past_key_values",
     "use_cache",
 }
+
+# The private GenerationMixin members that the row-dropping loops call, with the parameters they pass by name, as in
+# transformers 5.18-5.23. Any private member can change in any release (5.2-5.17 had another
+# `_get_top_k_continuations`): where one of them takes other parameters, greedy and beam search run the stock loops
+# instead, which give the same tokens without dropping finished rows.
+_ROW_DROPPING_CALLS = {
+    "_prefill": ("input_ids", "generation_config", "model_kwargs"),
+    "_update_model_kwargs_for_generation": ("outputs", "model_kwargs", "is_encoder_decoder"),
+    "prepare_inputs_for_generation": ("input_ids", "next_sequence_length"),
+    "_valid_auto_compile_criteria": ("model_kwargs", "generation_config"),
+    "_get_top_k_continuations": (
+        "accumulated_log_probs",
+        "running_sequences",
+        "running_beam_indices",
+        "cur_len",
+        "decoder_prompt_len",
+        "do_sample",
+        "beams_to_keep",
+        "num_beams",
+        "batch_size",
+    ),
+    "_get_running_beams_for_next_iteration": (
+        "topk_log_probs",
+        "topk_running_sequences",
+        "topk_running_beam_indices",
+        "next_token_hits_stopping_criteria",
+        "num_beams",
+    ),
+    "_update_finished_beams": (
+        "sequences",
+        "topk_running_sequences",
+        "beam_scores",
+        "topk_log_probs",
+        "beam_indices",
+        "topk_running_beam_indices",
+        "is_early_stop_heuristic_unsatisfied",
+        "is_sent_finished",
+        "next_token_hits_stopping_criteria",
+        "top_num_beam_mask",
+        "num_beams",
+        "cur_len",
+        "decoder_prompt_len",
+        "length_penalty",
+        "early_stopping",
+    ),
+    "_check_early_stop_heuristic": (
+        "is_early_stop_heuristic_unsatisfied",
+        "running_beam_scores",
+        "beam_scores",
+        "is_sent_finished",
+        "cur_len",
+        "max_length",
+        "decoder_prompt_len",
+        "early_stopping",
+        "length_penalty",
+    ),
+    "_beam_search_has_unfinished_sequences": (
+        "is_early_stop_heuristic_unsatisfied",
+        "is_sent_finished",
+        "next_token_hits_stopping_criteria",
+        "early_stopping",
+    ),
+}
+# The two scoring hooks through which the stock beam search gets the GNMT length penalty (see their overrides):
+# the parameters the overrides read (the others pass through). Unchanged from 5.0 to 5.23.
+_GNMT_HOOK_CALLS = {
+    "_update_finished_beams": ("topk_log_probs", "cur_len", "decoder_prompt_len", "length_penalty"),
+    "_check_early_stop_heuristic": (
+        "running_beam_scores",
+        "cur_len",
+        "max_length",
+        "decoder_prompt_len",
+        "early_stopping",
+        "length_penalty",
+    ),
+}
+
+
+def _signature_mismatch(calls: dict[str, tuple[str, ...]], complete: bool = True) -> str | None:
+    """How the installed GenerationMixin differs from what `calls` passes (member: parameter names), or None.
+
+    A member matches when it names every parameter passed (not merely absorbed by **kwargs) and, when the call is
+    `complete` (it passes all it means to), requires no other.
+    """
+    for name, passed in calls.items():
+        member = getattr(GenerationMixin, name, None)
+        if member is None:
+            return f"GenerationMixin.{name} does not exist"
+        parameters = inspect.signature(member).parameters
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        named = {key for key, parameter in parameters.items() if parameter.kind not in variadic}
+        missing = [key for key in passed if key not in named]
+        required = [
+            key
+            for key, parameter in parameters.items()
+            if complete
+            and key != "self"
+            and key not in passed
+            and parameter.kind not in variadic
+            and parameter.default is inspect.Parameter.empty
+        ]
+        if missing or required:
+            wants = ", ".join([*(f"no {key}" for key in missing), *(f"also {key}" for key in required)])
+            return f"GenerationMixin.{name} takes other parameters ({wants})"
+    return None
+
+
+_ROW_DROPPING_MISMATCH = _signature_mismatch(_ROW_DROPPING_CALLS)
+_GNMT_HOOK_MISMATCH = _signature_mismatch(_GNMT_HOOK_CALLS, complete=False)
+
+
+@functools.cache
+def _log_loop(search: str, loop: str) -> None:
+    """Once per process and loop: which loop a search runs (for version checks; see README)."""
+    logger.debug(f"hf-vaswani generation: {search}: {loop} (transformers {transformers.__version__})")
 
 
 class VaswaniGenerationConfig(GenerationConfig):
@@ -186,6 +333,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         if not self._can_drop_finished_rows(
             logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
         ):
+            _log_loop("sampling" if generation_config.do_sample else "greedy", self._stock_loop_reason())
             return super()._sample(
                 input_ids,
                 logits_processor,
@@ -196,6 +344,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                 **model_kwargs,
             )
 
+        _log_loop("greedy", "row-dropping loop")
         batch_size, prompt_length = input_ids.shape
         max_length = stopping_criteria.max_length
         pad_token_id = int(generation_config._pad_token_tensor)
@@ -235,7 +384,8 @@ class VaswaniGenerationMixin(GenerationMixin):
     ) -> bool:
         cache = model_kwargs.get("past_key_values")
         return (
-            getattr(generation_config, "drop_finished_rows", True)
+            _ROW_DROPPING_MISMATCH is None
+            and getattr(generation_config, "drop_finished_rows", True)
             and not generation_config.do_sample
             and not generation_config.return_dict_in_generate
             and not generation_config.is_assistant
@@ -259,6 +409,12 @@ class VaswaniGenerationMixin(GenerationMixin):
             )
             and all(isinstance(processor, _ROW_WISE_LOGITS_PROCESSORS) for processor in logits_processor)
         )
+
+    @staticmethod
+    def _stock_loop_reason() -> str:
+        if _ROW_DROPPING_MISMATCH is not None:
+            return f"stock loop, as {_ROW_DROPPING_MISMATCH}"
+        return "stock loop"
 
     @staticmethod
     def _select_stopping_criteria(stopping_criteria: StoppingCriteriaList, sources: torch.LongTensor):
@@ -299,6 +455,9 @@ class VaswaniGenerationMixin(GenerationMixin):
             past_key_values.reorder_cache(beam_idx)
         return past_key_values
 
+    # Read by the two scoring hooks below: True while a beam search with length_penalty_type="gnmt" runs.
+    _gnmt_length_penalty = False
+
     def _beam_search(
         self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
     ):
@@ -313,12 +472,29 @@ class VaswaniGenerationMixin(GenerationMixin):
         (plain beam search, nothing returned per step); otherwise, and with `drop_finished_rows=False`, the stock
         loop runs.
         """
-        # `generation_config` is generate()'s private copy, so marking its length penalty here touches nothing else.
-        if getattr(generation_config, "length_penalty_type", None) == "gnmt":
-            generation_config.length_penalty = GNMTLengthPenalty(generation_config.length_penalty)
-        if not self._can_drop_finished_rows(
-            logits_processor, stopping_criteria, generation_config, synced_gpus, None, model_kwargs
-        ):
+        length_penalty_type = getattr(generation_config, "length_penalty_type", None)
+        if length_penalty_type not in (None, "gnmt"):
+            raise ValueError(
+                f'generation config: length_penalty_type={length_penalty_type!r} is not known: use "gnmt" '
+                "(log P / ((5 + |Y|) / 6) ** length_penalty) or None (Hugging Face's log P / |Y| ** length_penalty)"
+            )
+        if length_penalty_type == "gnmt" and _GNMT_HOOK_MISMATCH is not None:
+            # Not Hugging Face's penalty in its place: that would rank hypotheses differently, silently.
+            raise NotImplementedError(
+                f"length_penalty_type='gnmt' needs transformers' beam-search scoring hooks as in 5.0-5.23, but in "
+                f"transformers {transformers.__version__} {_GNMT_HOOK_MISMATCH}: install a supported release, or "
+                "pass length_penalty_type=None for Hugging Face's length penalty"
+            )
+        self._gnmt_length_penalty = length_penalty_type == "gnmt"
+        try:
+            if self._can_drop_finished_rows(
+                logits_processor, stopping_criteria, generation_config, synced_gpus, None, model_kwargs
+            ):
+                _log_loop("beam search", "row-dropping loop")
+                return self._beam_search_dropping_finished_rows(
+                    input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs
+                )
+            _log_loop("beam search", self._stock_loop_reason())
             return super()._beam_search(
                 input_ids,
                 logits_processor,
@@ -327,7 +503,13 @@ class VaswaniGenerationMixin(GenerationMixin):
                 synced_gpus=synced_gpus,
                 **model_kwargs,
             )
+        finally:
+            del self._gnmt_length_penalty  # back to the class default
 
+    def _beam_search_dropping_finished_rows(
+        self, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs
+    ):
+        """`_beam_search` for the sources still searching only (see there)."""
         num_beams = generation_config.num_beams
         num_return_sequences = generation_config.num_return_sequences
         early_stopping = generation_config.early_stopping
@@ -456,9 +638,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         return results.flatten(0, 1)[:, : prompt_length + int(result_lengths.max())]
 
     def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
-        if isinstance(length_penalty, GNMTLengthPenalty):
+        if self._gnmt_length_penalty:
             # Normalise here and let the stock code divide by |Y| ** 0 = 1.
-            topk_log_probs = topk_log_probs / length_penalty.penalty(cur_len + 1 - decoder_prompt_len)
+            topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, length_penalty)
             length_penalty = 0.0
         return super()._update_finished_beams(
             topk_log_probs=topk_log_probs,
@@ -468,17 +650,16 @@ class VaswaniGenerationMixin(GenerationMixin):
             **kwargs,
         )
 
-    @staticmethod
     def _check_early_stop_heuristic(
-        *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
+        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
     ):
-        if isinstance(length_penalty, GNMTLengthPenalty):
+        if self._gnmt_length_penalty:
             # The same bound as the stock heuristic, with the GNMT denominator at the length it assumes.
             if early_stopping == "never" and length_penalty > 0.0:
                 best_length = max_length - decoder_prompt_len
             else:
                 best_length = cur_len - decoder_prompt_len
-            running_beam_scores = running_beam_scores / length_penalty.penalty(best_length)
+            running_beam_scores = running_beam_scores / gnmt_length_penalty(best_length, length_penalty)
             length_penalty = 0.0
         return GenerationMixin._check_early_stop_heuristic(
             running_beam_scores=running_beam_scores,
@@ -491,4 +672,10 @@ class VaswaniGenerationMixin(GenerationMixin):
         )
 
 
-__all__ = ["GNMTLengthPenalty", "VaswaniGenerationMixin"]
+__all__ = [
+    "PAPER_DECODING",
+    "VaswaniGenerationConfig",
+    "VaswaniGenerationMixin",
+    "gnmt_length_penalty",
+    "set_paper_decoding",
+]

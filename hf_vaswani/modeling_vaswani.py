@@ -36,7 +36,7 @@ from .compat_vaswani import (
     merge_with_config_defaults,
 )
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import VaswaniGenerationMixin
+from .generation_vaswani import VaswaniGenerationMixin, set_paper_decoding
 
 logger = logging.get_logger(__name__)
 
@@ -667,11 +667,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         # No output bias: the paper's softmax layer is the transposed embedding matrix alone (§3.4).
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
-        # The paper's decoding (§6.1) unless a saved generation_config.json says otherwise: beam 4, GNMT length
-        # penalty 0.6, outputs at most 50 tokens longer than their source. Greedy: generate(num_beams=1).
-        self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping="never")
-        self.generation_config.length_penalty_type = "gnmt"
-        self.generation_config.max_length_offset = 50
+        # The paper's decoding (§6.1, PAPER_DECODING) unless a saved generation_config.json says otherwise: beam 4,
+        # GNMT length penalty 0.6, outputs at most 50 tokens longer than their source. Greedy: generate(num_beams=1).
+        set_paper_decoding(self.generation_config)
         # Greedy and beam search stop computing rows that have finished (_sample, _beam_search); False: the stock loops.
         self.generation_config.drop_finished_rows = True
         # Not derived from the model config any more: without this, loading the saved file drops the two entries.

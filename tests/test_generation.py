@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from hf_vaswani import GNMTLengthPenalty
+from hf_vaswani import PAPER_DECODING, gnmt_length_penalty
 from tests.conftest import tiny_model
 
 PAD, BOS, EOS = 1, 0, 2
@@ -211,13 +211,14 @@ def test_gnmt_scores_are_sum_logprob_over_gnmt_penalty(trained):
     assert out.sequences_scores[0].item() == pytest.approx(expected.item(), abs=1e-4)
 
 
-def _finish_two_hypotheses(model, length_penalty):
+def _finish_two_hypotheses(model, length_penalty, gnmt: bool):
     """Drive the beam bookkeeping: hypothesis A (log P = -2.0) ends after 3 tokens, B (log P = -3.3) after 9.
 
     GNMT(0.6):  A = -2.0 / (8/6)^0.6 = -1.683,  B = -3.3 / (14/6)^0.6 = -1.985  -> keeps A
     HF   (0.6): A = -2.0 / 3^0.6     = -1.035,  B = -3.3 / 9^0.6      = -0.883  -> keeps B
     """
     num_beams, width = 1, 12
+    model._gnmt_length_penalty = gnmt  # as _beam_search sets it for length_penalty_type="gnmt"
     sequences = torch.zeros(1, num_beams, width, dtype=torch.long)
     beam_scores = torch.full((1, num_beams), -1.0e9)
     beam_indices = torch.zeros(1, num_beams, width, dtype=torch.long)
@@ -241,20 +242,35 @@ def _finish_two_hypotheses(model, length_penalty):
             length_penalty=length_penalty,
             early_stopping="never",
         )
+    del model._gnmt_length_penalty
     return int(sequences[0, 0, 0]), beam_scores[0, 0].item()
 
 
 def test_gnmt_length_penalty_ranks_hypotheses_as_the_formula_says(model):
-    kept, score = _finish_two_hypotheses(model, GNMTLengthPenalty(0.6))
+    kept, score = _finish_two_hypotheses(model, 0.6, gnmt=True)
     assert kept == 11 and score == pytest.approx(-2.0 / (8 / 6) ** 0.6, abs=1e-5)
-    kept, score = _finish_two_hypotheses(model, 0.6)  # Hugging Face's formula ranks them the other way
+    kept, score = _finish_two_hypotheses(model, 0.6, gnmt=False)  # Hugging Face's formula ranks them the other way
     assert kept == 22 and score == pytest.approx(-3.3 / 9**0.6, abs=1e-5)
 
 
 def test_gnmt_penalty_values():
-    assert GNMTLengthPenalty(0.6).penalty(1) == pytest.approx(1.0)
-    assert GNMTLengthPenalty(0.6).penalty(25) == pytest.approx(5**0.6)
-    assert GNMTLengthPenalty(0.0).penalty(40) == 1.0
+    assert gnmt_length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert gnmt_length_penalty(25, 0.6) == pytest.approx(5**0.6)
+    assert gnmt_length_penalty(40, 0.0) == 1.0
+
+
+def test_default_decoding_is_the_papers(model):
+    config = model.generation_config
+    assert {name: getattr(config, name) for name in PAPER_DECODING} == dict(PAPER_DECODING)
+    assert (PAPER_DECODING["num_beams"], PAPER_DECODING["length_penalty"]) == (4, 0.6)
+    assert (PAPER_DECODING["length_penalty_type"], PAPER_DECODING["max_length_offset"]) == ("gnmt", 50)
+
+
+@torch.no_grad()
+def test_unknown_length_penalty_type_is_refused_with_the_field_name(model):
+    input_ids, attention_mask = _sources(lengths=(4, 3))
+    with pytest.raises(ValueError, match="length_penalty_type='wu'"):
+        model.generate(input_ids, attention_mask=attention_mask, length_penalty_type="wu", max_new_tokens=3)
 
 
 @torch.no_grad()

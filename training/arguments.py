@@ -13,6 +13,8 @@ from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy
 from transformers.training_args import SchedulerType
 
+from hf_vaswani import PAPER_DECODING
+
 from .cli import UsageError
 
 
@@ -107,7 +109,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping; the paper clips nothing (0)."})
     label_smoothing_factor: float = field(default=0.1, metadata={"help": "epsilon_ls of §5.4 (the paper: 0.1)."})
     predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate with generate() and BLEU."})
-    generation_num_beams: int | None = field(default=4, metadata={"help": "Beam size for evaluation (§6.1: 4)."})
+    generation_num_beams: int | None = field(
+        default=PAPER_DECODING["num_beams"], metadata={"help": "Beam size for evaluation (§6.1: 4)."}
+    )
     save_strategy: SaveStrategy | str = field(default="steps", metadata={"help": "When to write checkpoints."})
     save_steps: float = field(default=1000, metadata={"help": "Checkpoint interval in optimizer steps."})
     save_total_limit: int | None = field(default=6, metadata={"help": "Keep at most this many checkpoints."})
@@ -135,8 +139,12 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         default=5,
         metadata={"help": "Average the last N checkpoints into the final model (§6.1: 5; 0 or 1 disables)."},
     )
-    length_penalty: float = field(default=0.6, metadata={"help": "GNMT length penalty alpha (§6.1: 0.6)."})
-    max_length_offset: int = field(default=50, metadata={"help": "Max output length = source length + this."})
+    length_penalty: float = field(
+        default=PAPER_DECODING["length_penalty"], metadata={"help": "GNMT length penalty alpha (§6.1: 0.6)."}
+    )
+    max_length_offset: int = field(
+        default=PAPER_DECODING["max_length_offset"], metadata={"help": "Max output length = source length + this."}
+    )
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this much wall-clock time (a budget)."}
     )
