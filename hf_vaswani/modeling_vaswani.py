@@ -366,6 +366,13 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # transformers guesses this by finding the text "ALL_ATTENTION_FUNCTIONS.get_interface(" in the model's source
+        # file; here that call sits in compat_vaswani.get_attention_interface. VaswaniAttention looks the
+        # implementation up in the config on every forward, so `set_attn_implementation` after loading takes effect.
+        return True
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         # The stock code maps only the saved class in auto_map; map both, so a folder written by the generation
         # model also loads as the base model with AutoModel.from_pretrained(..., trust_remote_code=True).

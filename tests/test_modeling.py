@@ -545,3 +545,17 @@ def test_forward_declares_the_transformers_kwargs():
         annotation = inspect.signature(model_class.forward).parameters["kwargs"].annotation
         assert TransformersKwargs in getattr(annotation, "__args__", ()), model_class.__name__
         assert "output_attentions" in TransformersKwargs.__annotations__
+
+
+@torch.no_grad()
+def test_attention_implementation_can_be_changed_after_loading(model):
+    input_ids, decoder_input_ids = _batch()
+    expected = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
+    for implementation in ("eager", "sdpa", "eager"):
+        model.set_attn_implementation(implementation)
+        for module in (model, model.model.encoder, model.model.decoder):
+            assert module.config._attn_implementation == implementation
+        outputs = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_attentions=True)
+        torch.testing.assert_close(outputs.logits, expected, atol=1e-5, rtol=1e-5)
+    # Only the eager path returns attention weights, so they prove eager actually ran.
+    assert outputs.encoder_attentions[0] is not None and outputs.encoder_attentions[0].shape[-1] == input_ids.shape[1]
