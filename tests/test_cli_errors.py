@@ -135,7 +135,9 @@ def test_a_garbage_safetensors_header(model_dir, tmp_path, capsys):
         (folder / path.name).write_bytes(path.read_bytes())
     (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all" + bytes(64))
     status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
-    assert_one_line_error(status, stderr, "translate", str(folder / "model.safetensors"), "not valid JSON")
+    assert_one_line_error(
+        status, stderr, "translate", str(folder / "model.safetensors"), "is truncated or corrupted", "not valid JSON"
+    )
 
 
 def test_a_folder_without_config_is_not_a_model(tmp_path, capsys):

@@ -121,27 +121,30 @@ def looks_like_local_path(value: str) -> bool:
 def check_safetensors(path: Path) -> None:
     """Raise a UsageError when `path` is not a whole safetensors file. Reads the header only (a few KB): an 8-byte
     length, a JSON table of tensors, and their data, which must end exactly at the end of the file."""
-    fix = "the file is truncated or corrupted; copy or save the model again"
+
+    def corrupted(reason: str) -> UsageError:
+        return UsageError(f"{path} is truncated or corrupted ({reason}); copy or save the model again")
+
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
-                raise UsageError(f"{path}: {size} bytes, too short for a safetensors header; {fix}")
+                raise corrupted(f"{size} bytes, too short for a safetensors header")
             header_size = int.from_bytes(prefix, "little")
             if header_size > min(size - 8, _MAX_SAFETENSORS_HEADER):
-                raise UsageError(f"{path}: the header length ({header_size} bytes) exceeds the file; {fix}")
+                raise corrupted(f"its header length, {header_size} bytes, exceeds the file")
             header = json.loads(handle.read(header_size))
     except OSError as error:
         raise UsageError(f"{path}: cannot be read ({error.strerror})") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise UsageError(f"{path}: the safetensors header is not valid JSON; {fix}") from None
+        raise corrupted("the safetensors header is not valid JSON") from None
     try:
         end = max((info["data_offsets"][1] for key, info in header.items() if key != "__metadata__"), default=0)
     except (AttributeError, KeyError, TypeError, IndexError):
-        raise UsageError(f"{path}: the safetensors header does not describe tensors; {fix}") from None
+        raise corrupted("the safetensors header does not describe tensors") from None
     if 8 + header_size + end != size:
-        raise UsageError(f"{path}: the tensors need {8 + header_size + end} bytes but the file has {size}; {fix}")
+        raise corrupted(f"the tensors need {8 + header_size + end} bytes but the file has {size}")
 
 
 def check_model_dir(value: str, option: str, *, hub_allowed: bool = True) -> None:

@@ -31,6 +31,7 @@ from .cli import (
     UsageError,
     check_model_dir,
     check_output_dir,
+    check_safetensors,
     one_line,
     recipe_to_argv,
     split_recipe,
@@ -46,6 +47,7 @@ from .data_cache import (
 )
 from .decoding import translate
 from .model_card import write_model_card
+from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
 from .tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
 from .trainer import TimeBudgetCallback, VaswaniTrainer, paper_learning_rate
 
@@ -120,6 +122,8 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, traini
         if getattr(data_args, name) < 2:
             raise UsageError(f"--{name} {getattr(data_args, name)}: must be at least 2 (a token and the EOS)")
     resume = training_args.resume_from_checkpoint
+    if resume not in (None, "True", "true", "last") and (Path(resume) / "model.safetensors").is_file():
+        check_safetensors(Path(resume) / "model.safetensors")
     if resume in ("True", "true", "last") and last_complete_checkpoint(Path(training_args.output_dir)) is None:
         raise UsageError(
             f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in {training_args.output_dir}; "
@@ -405,156 +409,144 @@ def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric
     return scores, sources, hypotheses, references
 
 
-# ---- main -----------------------------------------------------------------------------------------------------------
+# ---- the recipe, one step each -------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict:
-    check_launch()
-    model_args, data_args, training_args = parse_arguments(argv)
-    check_arguments(model_args, data_args, training_args)
+def configure_logging(training_args: VaswaniTrainingArguments) -> None:
+    level = logging.INFO if training_args.should_log else logging.WARNING
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
-        level=logging.INFO if training_args.should_log else logging.WARNING,
+        level=level,
         handlers=[logging.StreamHandler(sys.stdout)],
     )
-    transformers.utils.logging.set_verbosity(logging.INFO if training_args.should_log else logging.WARNING)
+    transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.disable_default_handler()
     transformers.utils.logging.enable_propagation()
     datasets.utils.logging.set_verbosity_warning()
-    started = time.monotonic()
-    set_seed(training_args.seed)
-    is_main = training_args.process_index == 0
-    output_dir = Path(training_args.output_dir)
 
-    # A run continues from its own tokenizer: otherwise the token ids would change under the checkpoint.
+
+def checkpoint_to_resume(training_args: VaswaniTrainingArguments) -> str | None:
+    """--resume_from_checkpoint as a folder: True (or last) is the last complete checkpoint of --output_dir."""
     resume = training_args.resume_from_checkpoint
     if resume in ("True", "true", "last"):
-        resume = last_complete_checkpoint(output_dir)  # skips folders a crash left half-written
+        resume = last_complete_checkpoint(training_args.output_dir)  # skips folders a crash left half-written
         if resume is None:
-            raise ValueError(f"--resume_from_checkpoint: no complete checkpoint-* folder in {output_dir}")
-    tokenizer_source = model_args.tokenizer_name_or_path or model_args.model_name_or_path
-    if tokenizer_source is None and (output_dir / "tokenizer.json").is_file():
-        tokenizer_source = str(output_dir)
+            raise ValueError(f"--resume_from_checkpoint: no complete checkpoint-* folder in {training_args.output_dir}")
+    return resume
 
-    # ---- data and tokenizer ----
-    prepared = prepare_training_data(model_args, data_args, training_args, tokenizer_source)
-    raw, stats, tokenizer, tokenized = prepared.raw, prepared.stats, prepared.tokenizer, prepared.tokenized
-    source_lang, target_lang = prepared.source_lang, prepared.target_lang
 
+def tokenizer_to_load(model_args: ModelArguments, output_dir: Path) -> str | None:
+    """Where the tokenizer comes from; None trains one."""
+    source = model_args.tokenizer_name_or_path or model_args.model_name_or_path
+    # A run continues from its own tokenizer: otherwise the token ids would change under the checkpoint.
+    if source is None and (output_dir / "tokenizer.json").is_file():
+        source = str(output_dir)
+    return source
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())  # shared (tied) tensors once
+
+
+def make_model(model_args: ModelArguments, data_args: DataArguments, training_args, tokenizer):
+    """The model to train, with the paper's decoding as its generation config and, unless given, its learning rate."""
     model = build_model(model_args, data_args, tokenizer)
     set_paper_decoding(model, training_args)
-    parameters = sum(p.numel() for p in model.parameters())
-    logger.info("Model: %s, %.2fM parameters", model.config.to_diff_dict(), parameters / 1e6)
+    logger.info("Model: %s, %.2fM parameters", model.config.to_diff_dict(), count_parameters(model) / 1e6)
     if not training_args.learning_rate:
         training_args.learning_rate = paper_learning_rate(model.config.d_model, training_args.warmup_steps)
         logger.info("Learning rate: d_model^-0.5 * warmup^-0.5 = %.3g at its peak", training_args.learning_rate)
+    return model
 
-    # ---- training ----
-    from .metrics import load_translation_metric
 
-    metric = load_translation_metric()
+def train_model(
+    model, data: PreparedData, training_args: VaswaniTrainingArguments, metric, resume: str | None
+) -> tuple[VaswaniTrainer, RunResults]:
+    """Train (or resume), make sure the last step is a checkpoint, and return the trainer and the figures."""
+    tokenizer = data.tokenizer
     callbacks = [TimeBudgetCallback(training_args.max_train_minutes)] if training_args.max_train_minutes else []
     trainer = VaswaniTrainer(
         model=model,
         args=training_args,
-        train_dataset=tokenized["train"],
-        eval_dataset=tokenized.get("validation"),
+        train_dataset=data.tokenized["train"],
+        eval_dataset=data.tokenized.get("validation"),
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         compute_metrics=make_compute_metrics(tokenizer, metric),
         callbacks=callbacks,
         max_tokens=training_args.max_tokens,
     )
-    train_started = time.monotonic()
+    started = time.monotonic()
     train_result = trainer.train(resume_from_checkpoint=resume)
-    train_seconds = time.monotonic() - train_started
+    seconds = time.monotonic() - started
+    output_dir = Path(training_args.output_dir)
     # The last step is always a checkpoint, so averaging includes the final weights.
     if training_args.save_strategy != "no" and not (output_dir / checkpoint_name(trainer.state.global_step)).is_dir():
         trainer._save_checkpoint(trainer.model, trial=None)
     # --push_to_hub: let any background checkpoint upload finish before the folder is rewritten with the averaged
-    # model below; the final model and its card are pushed at the end.
+    # model; the final model and its card are pushed at the end.
     trainer._finish_current_push()
     trainer.accelerator.wait_for_everyone()
+    results = RunResults(
+        train_loss=train_result.training_loss,
+        train_steps=trainer.state.global_step,
+        train_epochs=trainer.state.epoch,
+        train_minutes=round(seconds / 60, 2),
+        parameters=count_parameters(model),
+    )
+    return trainer, results
 
-    results: dict = {
-        "train_loss": train_result.training_loss,
-        "train_steps": trainer.state.global_step,
-        "train_epochs": trainer.state.epoch,
-        "train_minutes": round(train_seconds / 60, 2),
-        "parameters": parameters,
-    }
-    if not is_main:
-        return results
 
-    # ---- checkpoint averaging (§6.1) ----
-    final_model = trainer.model
-    averaged: list[str] = []
+def average_last_checkpoints(trainer: VaswaniTrainer, training_args: VaswaniTrainingArguments):
+    """The final model: the average of the last --average_last_n checkpoints (§6.1), or the last step's weights.
+
+    Returns the model and the names of the checkpoints averaged (none when it is the last step's).
+    """
+    output_dir = Path(training_args.output_dir)
     if training_args.average_last_n > 1 and training_args.save_strategy != "no":
         checkpoints = last_checkpoints(output_dir, training_args.average_last_n)
         if len(checkpoints) > 1:
             averaged_dir = average_checkpoints(checkpoints, output_dir / ".averaged", overwrite=True)
-            final_model = AutoModelForSeq2SeqLM.from_pretrained(averaged_dir).to(trainer.model.device)
-            averaged = [c.name for c in checkpoints]
+            averaged = [checkpoint.name for checkpoint in checkpoints]
             logger.info("Averaged %s", averaged)
-    set_paper_decoding(final_model, training_args)
+            return AutoModelForSeq2SeqLM.from_pretrained(averaged_dir).to(trainer.model.device), averaged
+    return trainer.model, []
+
+
+def save_final_model(model, tokenizer, training_args: VaswaniTrainingArguments) -> None:
+    set_paper_decoding(model, training_args)
     # Saved through the translation pipeline: model and tokenizer, plus the pipeline's code and `custom_pipelines` in
     # config.json, so that pipeline("translation", model=output_dir, trust_remote_code=True) works (5.23 has no such task).
-    pipe = hf_vaswani.VaswaniTranslationPipeline(model=final_model, tokenizer=tokenizer, device=final_model.device)
-    pipe.save_pretrained(output_dir)
-    results["averaged_checkpoints"] = averaged
+    pipe = hf_vaswani.VaswaniTranslationPipeline(model=model, tokenizer=tokenizer, device=model.device)
+    pipe.save_pretrained(training_args.output_dir)
 
-    # ---- evaluation with the paper's decoding: beam 4, GNMT alpha 0.6, max length source + 50 ----
-    samples = []
+
+def evaluate_final_model(
+    model, data: PreparedData, metric, training_args: VaswaniTrainingArguments, data_args: DataArguments
+) -> tuple[dict[str, SplitScores], list[Sample]]:
+    """BLEU and chrF of --final_eval_splits with the paper's decoding (beam 4, GNMT alpha 0.6, max length source +
+    50), and the first test translations as samples."""
+    scores, samples = {}, []
     for split in training_args.final_eval_splits.split(","):
-        if split not in raw:
+        if split not in data.raw:
             continue
-        scores, sources, hypotheses, references = evaluate_split(
-            final_model, tokenizer, raw[split], source_lang, target_lang, metric, training_args,
+        values, sources, hypotheses, references = evaluate_split(
+            model, data.tokenizer, data.raw[split], data.source_lang, data.target_lang, metric, training_args,
             data_args.max_source_length,
         )  # fmt: skip
-        results[split] = scores
-        logger.info("%s: BLEU %.2f  chrF %.2f  (%s)", split, scores["bleu"], scores["chrf"], scores["bleu_signature"])
+        scores[split] = SplitScores(**values)
+        logger.info("%s: BLEU %.2f  chrF %.2f  (%s)", split, values["bleu"], values["chrf"], values["bleu_signature"])
         if split == "test":
-            samples = list(zip(sources, hypotheses, references))[: training_args.num_samples_to_print]
-    results["total_minutes"] = round((time.monotonic() - started) / 60, 2)
+            samples = [Sample(*triple) for triple in zip(sources, hypotheses, references)]
+            samples = samples[: training_args.num_samples_to_print]
+    return scores, samples
 
-    run = {
-        "model_args": dataclasses.asdict(model_args),
-        "data_args": dataclasses.asdict(data_args),
-        "data_stats": {split: dataclasses.asdict(s) for split, s in stats.items()},
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-        "training_args": {
-            key: getattr(training_args, key)
-            for key in (
-                "learning_rate",
-                "lr_scheduler_type",
-                "warmup_steps",
-                "adam_beta1",
-                "adam_beta2",
-                "adam_epsilon",
-                "label_smoothing_factor",
-                "max_tokens",
-                "per_device_train_batch_size",
-                "gradient_accumulation_steps",
-                "num_train_epochs",
-                "max_steps",
-                "seed",
-                "average_last_n",
-                "length_penalty",
-                "max_length_offset",
-                "generation_num_beams",
-                "world_size",
-            )
-        },  # fmt: skip
-        "model_config": final_model.config.to_diff_dict(),
-        "results": results,
-        "samples": [{"source": s, "hypothesis": h, "reference": r} for s, h, r in samples],
-        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-        "device": str(final_model.device),
-    }
-    (output_dir / "results.json").write_text(json.dumps(run, indent=2, default=str) + "\n")
+
+def package(run: RunRecord, trainer: VaswaniTrainer, training_args: VaswaniTrainingArguments) -> None:
+    """results.json and the model card next to the final model, then (--push_to_hub) the folder to the Hub."""
+    output_dir = Path(training_args.output_dir)
+    (output_dir / "results.json").write_text(json.dumps(run.to_dict(), indent=2, default=str) + "\n")
     write_model_card(output_dir, run)
     if training_args.push_to_hub:
         # Not trainer.push_to_hub(): it would save trainer.model (the last step, not the average) over the final
@@ -570,15 +562,63 @@ def main(argv: list[str] | None = None) -> dict:
         )
         print(f"Pushed the final model to {pushed.repo_url}")
 
-    print(f"\nModel written to {output_dir} ({results['total_minutes']} min in all)")
+
+def print_summary(run: RunRecord, output_dir: Path) -> None:
+    scores = run.results.scores
+    print(f"\nModel written to {output_dir} ({run.results.total_minutes} min in all)")
     for split in ("validation", "test"):
-        if split in results:
-            print(f"{split}: sacreBLEU {results[split]['bleu']:.2f}, chrF {results[split]['chrf']:.2f}")
-    if "test" in results:
-        print(f"signature: {results['test']['bleu_signature']}")
-    for source, hypothesis, reference in samples:
-        print(f"\n  source:     {source}\n  hypothesis: {hypothesis}\n  reference:  {reference}")
-    return results
+        if split in scores:
+            print(f"{split}: sacreBLEU {scores[split].bleu:.2f}, chrF {scores[split].chrf:.2f}")
+    if "test" in scores:
+        print(f"signature: {scores['test'].bleu_signature}")
+    for sample in run.samples:
+        print(f"\n  source:     {sample.source}\n  hypothesis: {sample.hypothesis}\n  reference:  {sample.reference}")
+
+
+# ---- main -----------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The recipe: data -> tokenizer -> model -> train -> average -> evaluate -> package. Returns the results."""
+    check_launch()
+    model_args, data_args, training_args = parse_arguments(argv)
+    check_arguments(model_args, data_args, training_args)
+    configure_logging(training_args)
+    started = time.monotonic()
+    set_seed(training_args.seed)
+    output_dir = Path(training_args.output_dir)
+    resume = checkpoint_to_resume(training_args)
+
+    data = prepare_training_data(model_args, data_args, training_args, tokenizer_to_load(model_args, output_dir))
+    model = make_model(model_args, data_args, training_args, data.tokenizer)
+    from .metrics import load_translation_metric
+
+    metric = load_translation_metric()
+    trainer, results = train_model(model, data, training_args, metric, resume)
+    if training_args.process_index != 0:
+        return results.to_dict()
+
+    final_model, results.averaged_checkpoints = average_last_checkpoints(trainer, training_args)
+    save_final_model(final_model, data.tokenizer, training_args)
+    results.scores, samples = evaluate_final_model(final_model, data, metric, training_args, data_args)
+    results.total_minutes = round((time.monotonic() - started) / 60, 2)
+
+    run = RunRecord(
+        model_args=model_args,
+        data_args=data_args,
+        data_stats=data.stats,
+        source_lang=data.source_lang,
+        target_lang=data.target_lang,
+        training_args=Hyperparameters.from_training_args(training_args),
+        model_config=final_model.config.to_diff_dict(),
+        results=results,
+        samples=samples,
+        versions={"transformers": transformers.__version__, "torch": torch.__version__},
+        device=str(final_model.device),
+    )
+    package(run, trainer, training_args)
+    print_summary(run, output_dir)
+    return results.to_dict()
 
 
 if __name__ == "__main__":
