@@ -161,7 +161,7 @@ def test_beam_tokens_equal_generate_with_what_ctranslate2_expresses(trained, tra
         sentences,
         max_new_tokens=MAX_NEW_TOKENS,
         early_stopping=True,
-        length_penalty_type="hf",
+        length_penalty_type=None,
         **options,
     )
     actual = translator.translate_tokens(sentences, max_new_tokens=MAX_NEW_TOKENS, **options)
