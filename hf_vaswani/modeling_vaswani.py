@@ -524,16 +524,17 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("VaswaniDecoder: give exactly one of input_ids or inputs_embeds")
+        # One-token steps on a cache the caller passed are generate() feeding back the model's own argmax/samples:
+        # checking their ids would only add a host sync per generated token. Decided on shapes and on whether a cache
+        # was given, never on the cache length (a tensor for a static cache, which a compiled graph cannot branch on).
+        check_ids = past_key_values is None or (input_ids is not None and input_ids.shape[-1] > 1)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        # An int for a dynamic cache, a tensor for a static one: used only in arithmetic, never in a Python `if`,
-        # so that a compiled graph (static cache, fullgraph=True) has no data-dependent branch.
+        # An int for a dynamic cache, a tensor for a static one: used only in arithmetic, never in a Python `if`.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
 
         if inputs_embeds is None:
-            # One-token steps with a cache are generate() feeding back the model's own argmax/samples: checking them
-            # would only add a host sync per generated token. Decided on shapes, not on the cache length.
-            if past_key_values is None or input_ids.shape[-1] > 1:
+            if check_ids:
                 self._check_input_ids(input_ids)
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, target_length = inputs_embeds.shape[:2]

@@ -559,3 +559,11 @@ def test_attention_implementation_can_be_changed_after_loading(model):
         torch.testing.assert_close(outputs.logits, expected, atol=1e-5, rtol=1e-5)
     # Only the eager path returns attention weights, so they prove eager actually ran.
     assert outputs.encoder_attentions[0] is not None and outputs.encoder_attentions[0].shape[-1] == input_ids.shape[1]
+
+
+def test_a_single_bad_decoder_id_is_still_a_clear_error(model):
+    # The id check is skipped only for one-token steps on a cache the caller passed (generate's own tokens); a lone
+    # decoder token from the user (use_cache defaults to True) is checked.
+    input_ids, _ = _batch()
+    with pytest.raises(ValueError, match=r"VaswaniDecoder: input_ids contain 64, .*vocab_size=64"):
+        model(input_ids=input_ids, decoder_input_ids=torch.full((3, 1), 64))
