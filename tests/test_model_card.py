@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from hf_vaswani_training.model_card import TEMPLATE, render_model_card
+from hf_vaswani_training.run_record import RunRecord, Sample
 from hf_vaswani_training.train import main
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import validate_card_metadata
@@ -33,8 +34,16 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def run(run_dir):
-    return json.loads((run_dir / "results.json").read_text())
+def run(run_dir) -> RunRecord:
+    return RunRecord.from_dict(json.loads((run_dir / "results.json").read_text()))
+
+
+def test_results_json_is_the_run_record(run_dir, run):
+    """results.json keeps its layout: reading it into a RunRecord and writing it back changes nothing."""
+    written = json.loads((run_dir / "results.json").read_text())
+    assert json.loads(json.dumps(run.to_dict(), default=str)) == written
+    assert set(run.results.scores) == {"validation", "test"} and run.results.scores["test"].sentences == 5
+    assert run.training_args.label_smoothing_factor == 0.1 and run.data_stats["test"].num_pairs == 5
 
 
 def test_metadata_is_valid_yaml_with_the_hub_fields(run_dir):
@@ -58,14 +67,14 @@ def test_model_index_holds_the_runs_scores_and_signatures(run_dir, run):
     by_split = {result["dataset"]["split"]: result for result in model["results"]}
     assert set(by_split) == {"validation", "test"}
     for split, result in by_split.items():
-        scores = run["results"][split]
+        scores = run.results.scores[split]
         assert result["task"] == {"type": "translation", "name": "Translation en-tt"}
         assert result["dataset"]["type"] == result["dataset"]["name"] == "hf-vaswani-toy"
         metrics = {metric["type"]: metric for metric in result["metrics"]}
-        assert metrics["sacrebleu"]["value"] == round(scores["bleu"], 2)
-        assert metrics["chrf"]["value"] == round(scores["chrf"], 2)
-        assert metrics["sacrebleu"]["args"] == {"signature": scores["bleu_signature"]}
-        assert metrics["chrf"]["args"] == {"signature": scores["chrf_signature"]}
+        assert metrics["sacrebleu"]["value"] == round(scores.bleu, 2)
+        assert metrics["chrf"]["value"] == round(scores.chrf, 2)
+        assert metrics["sacrebleu"]["args"] == {"signature": scores.bleu_signature}
+        assert metrics["chrf"]["args"] == {"signature": scores.chrf_signature}
         assert "tok:13a" in metrics["sacrebleu"]["args"]["signature"]
         assert "version:" in metrics["sacrebleu"]["args"]["signature"]
 
@@ -75,8 +84,8 @@ def test_huggingface_hub_reads_the_same_eval_results(run_dir, run):
 
     card = ModelCard((run_dir / "README.md").read_text(encoding="utf-8"))
     results = {(r.dataset_split, r.metric_type): r for r in card.data.eval_results}
-    assert results[("test", "sacrebleu")].metric_value == round(run["results"]["test"]["bleu"], 2)
-    assert results[("validation", "chrf")].metric_args == {"signature": run["results"]["validation"]["chrf_signature"]}
+    assert results[("test", "sacrebleu")].metric_value == round(run.results.scores["test"].bleu, 2)
+    assert results[("validation", "chrf")].metric_args == {"signature": run.results.scores["validation"].chrf_signature}
     assert card.data.library_name == "transformers" and card.data.language == ["en"]
 
 
@@ -84,21 +93,21 @@ def test_body_is_filled_in(run_dir, run):
     _, body = split_card((run_dir / "README.md").read_text(encoding="utf-8"))
     assert PLACEHOLDER.findall(body) == []
     assert body.lstrip().startswith("# vaswani-tiny: a Transformer (Vaswani et al., 2017) for English → Toy Teutonic")
-    test = run["results"]["test"]
-    assert f"| test | {test['sentences']} | {test['bleu']:.2f} | {test['chrf']:.2f} |" in body
-    assert f"sacreBLEU signature: `{test['bleu_signature']}`" in body
+    test = run.results.scores["test"]
+    assert f"| test | {test.sentences} | {test.bleu:.2f} | {test.chrf:.2f} |" in body
+    assert f"sacreBLEU signature: `{test.bleu_signature}`" in body
     assert "| checkpoint averaging | none (--average_last_n 0) |" in body
-    for sample in run["samples"]:
-        assert sample["source"] in body
+    for sample in run.samples:
+        assert sample.source in body
 
 
 def test_metadata_for_real_languages_and_awkward_values(run):
     """A Norwegian->German run on local files: `no` must stay a string (YAML 1.1 reads a bare `no` as false),
     and names with `: ` or `|` must not break the YAML or the tables."""
     run = copy.deepcopy(run)
-    run["source_lang"], run["target_lang"] = "no", "de"
-    run["data_args"]["data_dir"] = "/data/nb-de: v2"
-    run["samples"] = [{"source": "a | b", "hypothesis": "c", "reference": "d"}]
+    run.source_lang, run.target_lang = "no", "de"
+    run.data_args.data_dir = "/data/nb-de: v2"
+    run.samples = [Sample(source="a | b", hypothesis="c", reference="d")]
     metadata, body = split_card(render_model_card(run, "model: v1"))
     assert metadata["language"] == ["no", "de"]
     assert metadata["datasets"] == ["nb-de: v2"]
@@ -106,7 +115,7 @@ def test_metadata_for_real_languages_and_awkward_values(run):
     assert "constructed-language" not in metadata["tags"]
     assert "| a \\| b | c | d |" in body
 
-    run["data_args"].update(data_dir=None, dataset_name="wmt/wmt14", dataset_config_name="de-en")
+    run.data_args.data_dir, run.data_args.dataset_name, run.data_args.dataset_config_name = None, "wmt/wmt14", "de-en"
     metadata, _ = split_card(render_model_card(run, "m"))
     assert metadata["datasets"] == ["wmt/wmt14"]  # a Hub dataset id keeps its namespace
     assert metadata["model-index"][0]["results"][0]["dataset"]["config"] == "de-en"
