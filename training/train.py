@@ -1,10 +1,11 @@
 """Train, average, evaluate and package an hf-vaswani translation model: the paper's recipe on stock tools.
 
-    python -m training.train [RECIPE.json|RECIPE.yaml] [--argument value ...]
-    accelerate launch --num_processes 2 -m training.train [same arguments]
+    vaswani-train [RECIPE] [--argument value ...]             (`python -m training.train` from a checkout)
+    accelerate launch --num_processes 2 -m hf_vaswani_training.train [same arguments]
 
-A recipe file gives defaults; arguments after it override them. With no data named, the embedded toy corpus
-(training/toy_corpus.py) is used, so the command runs anywhere offline. See `python -m training.train --help`.
+RECIPE is a JSON/YAML file or the name of a recipe shipped in training/recipes (`toy`, `multi30k`); arguments after
+it override it. With no data named, the embedded toy corpus (training/toy_corpus.py) is used, so the command runs
+anywhere offline. See `vaswani-train --help`. Mistakes are UsageErrors, printed as one line by training/cli.py.
 """
 
 import dataclasses
