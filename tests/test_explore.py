@@ -1,5 +1,7 @@
 """The attention explorer's functions, without a browser (tests/test_explore_browser.py drives the page itself)."""
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +195,31 @@ def test_cli_rejects_a_folder_that_is_not_a_model_in_one_line(tmp_path):
     assert lines == [
         f"error: {tmp_path} is not a model folder: it has no config.json (train one with `vaswani-train toy`)"
     ]
+
+
+def test_space_app_runs_from_a_copy_of_the_repository(tmp_path, model_dir):
+    """app.py as a Space runs it: a folder holding app.py, hf_vaswani/ and training/, no installed package."""
+    space = tmp_path / "space"
+    space.mkdir()
+    shutil.copy(REPO_ROOT / "app.py", space)
+    for package in ("hf_vaswani", "training"):
+        shutil.copytree(REPO_ROOT / package, space / package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = (
+        "import sys; sys.modules['hf_vaswani_training'] = None\n"  # as if the package were not installed
+        "import runpy; app = runpy.run_path('app.py')\n"
+        "import training.explore\n"
+        "status = [b.value for b in app['demo'].blocks.values() if getattr(b, 'elem_id', None) == 'model-status']\n"
+        "print(training.explore.__file__); print(status[0])"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=space,
+        env={**os.environ, "VASWANI_MODEL": str(model_dir)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    module_file, status = completed.stdout.splitlines()[-2:]
+    assert Path(module_file) == space / "training" / "explore.py"
+    assert status.startswith(f"**Model** `{model_dir}`") and "2 encoder / 2 decoder layers" in status
