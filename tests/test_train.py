@@ -121,7 +121,7 @@ def test_yaml_recipe(tmp_path):
 
 
 def test_unknown_preset_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="--preset 'huge'"):
+    with pytest.raises(ValueError, match="--preset huge: .*presets are base, big, small, tiny, toy"):
         main([*TINY, "--preset", "huge", "--output_dir", str(tmp_path), "--max_steps", "1"])
 
 
