@@ -185,9 +185,7 @@ class Translation:
         return self.__dict__.copy()
 
 
-def generation_options(
-    explorer: Explorer, num_beams: int, greedy: bool, n_best: int, gnmt: bool, alpha: float
-) -> tuple[dict, list[str]]:
+def generation_options(num_beams: int, greedy: bool, n_best: int, gnmt: bool, alpha: float) -> tuple[dict, list[str]]:
     """generate() keyword arguments for the page's decoding controls, and notes on what was adjusted."""
     notices = []
     num_beams = 1 if greedy else max(1, min(int(num_beams), MAX_BEAMS))
@@ -247,7 +245,7 @@ def translate_sentence(
     if not sentence:
         raise ExplorerError("Type a sentence to translate (the box is empty).")
     model, tokenizer = explorer.model, explorer.tokenizer
-    kwargs, notices = generation_options(explorer, num_beams, greedy, n_best, gnmt, alpha)
+    kwargs, notices = generation_options(num_beams, greedy, n_best, gnmt, alpha)
     limit = explorer.max_source_tokens
     full_length = len(tokenizer(sentence, verbose=False)["input_ids"])
     if full_length > limit:
