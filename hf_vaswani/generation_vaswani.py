@@ -111,15 +111,18 @@ _ROW_DROPPING_MODEL_KWARGS = {
     "use_cache",
 }
 
-# The private GenerationMixin members that the row-dropping loops call, with the parameters they pass by name, as in
-# transformers 5.18-5.23. Any private member can change in any release (5.2-5.17 had another
-# `_get_top_k_continuations`): where one of them takes other parameters, greedy and beam search run the stock loops
-# instead, which give the same tokens without dropping finished rows.
-_ROW_DROPPING_CALLS = {
+# The private GenerationMixin members that the row-dropping loops call (greedy: the first four; beam search: all),
+# with the parameters they pass by name, as in transformers 5.18-5.23. Any private member can change in any release
+# (5.0-5.2 had no `next_sequence_length`, 5.2-5.17 another `_get_top_k_continuations`): where one of them takes other
+# parameters, that search runs the stock loop instead, which gives the same tokens without dropping finished rows.
+_GREEDY_CALLS = {
     "_prefill": ("input_ids", "generation_config", "model_kwargs"),
     "_update_model_kwargs_for_generation": ("outputs", "model_kwargs", "is_encoder_decoder"),
     "prepare_inputs_for_generation": ("input_ids", "next_sequence_length"),
     "_valid_auto_compile_criteria": ("model_kwargs", "generation_config"),
+}
+_BEAM_SEARCH_CALLS = {
+    **_GREEDY_CALLS,
     "_get_top_k_continuations": (
         "accumulated_log_probs",
         "running_sequences",
@@ -217,7 +220,8 @@ def _signature_mismatch(calls: dict[str, tuple[str, ...]], complete: bool = True
     return None
 
 
-_ROW_DROPPING_MISMATCH = _signature_mismatch(_ROW_DROPPING_CALLS)
+_GREEDY_MISMATCH = _signature_mismatch(_GREEDY_CALLS)
+_BEAM_SEARCH_MISMATCH = _signature_mismatch(_BEAM_SEARCH_CALLS)
 _GNMT_HOOK_MISMATCH = _signature_mismatch(_GNMT_HOOK_CALLS, complete=False)
 
 
@@ -333,7 +337,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         if not self._can_drop_finished_rows(
             logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
         ):
-            _log_loop("sampling" if generation_config.do_sample else "greedy", self._stock_loop_reason())
+            search = "sampling" if generation_config.do_sample else "greedy"
+            _log_loop(search, self._stock_loop_reason(_GREEDY_MISMATCH if search == "greedy" else None))
             return super()._sample(
                 input_ids,
                 logits_processor,
@@ -384,7 +389,7 @@ class VaswaniGenerationMixin(GenerationMixin):
     ) -> bool:
         cache = model_kwargs.get("past_key_values")
         return (
-            _ROW_DROPPING_MISMATCH is None
+            (_BEAM_SEARCH_MISMATCH if generation_config.num_beams > 1 else _GREEDY_MISMATCH) is None
             and getattr(generation_config, "drop_finished_rows", True)
             and not generation_config.do_sample
             and not generation_config.return_dict_in_generate
@@ -411,9 +416,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         )
 
     @staticmethod
-    def _stock_loop_reason() -> str:
-        if _ROW_DROPPING_MISMATCH is not None:
-            return f"stock loop, as {_ROW_DROPPING_MISMATCH}"
+    def _stock_loop_reason(mismatch: str | None) -> str:
+        if mismatch is not None:
+            return f"stock loop, as {mismatch}"
         return "stock loop"
 
     @staticmethod
@@ -494,7 +499,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                 return self._beam_search_dropping_finished_rows(
                     input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs
                 )
-            _log_loop("beam search", self._stock_loop_reason())
+            _log_loop("beam search", self._stock_loop_reason(_BEAM_SEARCH_MISMATCH))
             return super()._beam_search(
                 input_ids,
                 logits_processor,

@@ -386,7 +386,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         except Exception as error:
             # safetensors' SafetensorError ("Error while deserializing header: ...") names no file. Matched by
             # name, because this file imports only torch and transformers.
@@ -396,6 +396,11 @@ class VaswaniPreTrainedModel(PreTrainedModel):
                 f"The weights in {pretrained_model_name_or_path} (model.safetensors or its shards) are truncated or "
                 f"corrupted: {error}. Download or save them again."
             ) from error
+        # transformers 5.3.0 counts the tied aliases absent from the file as present, does not tie them and leaves
+        # them on the meta device (the first forward fails); tying again fixes it (scripts/check_transformers_versions).
+        if model.config.tie_word_embeddings and any(parameter.is_meta for parameter in model.parameters()):
+            model.tie_weights()
+        return model
 
     def _check_input_ids(self, input_ids: torch.Tensor) -> None:
         """A ValueError naming the id, instead of an IndexError from inside nn.Embedding."""
