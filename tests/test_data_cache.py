@@ -214,3 +214,18 @@ def test_in_memory_data_is_tokenised_without_a_cache(tmp_path):
     tokenized = tokenize_to_cache(raw, tokenizer, "en", "tt", 1024, 1024, cache_root=tmp_path)
     assert tokenized["train"]["input_ids"] == tokenizer([p["en"] for p in raw["train"]["translation"]])["input_ids"]
     assert list(tmp_path.iterdir()) == []  # nothing identifies in-memory data across runs
+
+
+def test_word_cache_encodes_like_the_tokenizer_on_awkward_text(tmp_path):
+    """Word-by-word encoding (the fast path for the joint BPE) against the tokenizer's own call, past verification."""
+    from datasets import Dataset, DatasetDict
+
+    raw = _load(_write_pair(tmp_path / "data"), tmp_path / "cache")
+    tokenizer = _tokenizer(raw, vocab_size=80)
+    assert data_cache._WordCache.for_backend(tokenizer.backend_tokenizer) is not None
+    awkward = ["a  b", "Hund , läuft.", "ﬁsh \u00a0x", "x\ty", "▁a▁b c", "end ", " start", "Ｆull ＡＢ", "e\u0301 café"]
+    plain = SOURCES * 3
+    pairs = [{"de": text, "en": "x"} for text in plain + awkward]  # the first batch (verified) is plain text
+    dataset = Dataset.from_dict({"translation": pairs})
+    tokenized = tokenize_to_cache(DatasetDict({"validation": dataset}), tokenizer, "de", "en", 512, 512, batch_size=9)
+    assert tokenized["validation"]["input_ids"] == tokenizer(plain + awkward)["input_ids"]
