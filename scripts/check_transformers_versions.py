@@ -141,8 +141,9 @@ def build_env(version: str, envs: Path) -> Path:
     raise RuntimeError(f"transformers {version}: requirements still unmet after 5 rounds: {unmet}")
 
 
-def _run_in(env: Path | None, command: list[str], cwd: Path | None = None, timeout: int = 600):
+def _run_in(env: Path | None, command: list[str], cwd: Path | None = None, timeout: int = 600, extra=None):
     environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    environ.update(extra or {})
     if env is not None:
         environ["PYTHONPATH"] = str(env)
     environ.setdefault("OMP_NUM_THREADS", "1")
@@ -188,8 +189,17 @@ def make_folder(folder: Path) -> None:
 
 
 def run_check(folder: Path, env: Path | None, workdir: Path) -> dict:
-    """The remote-code check in a fresh process (env first on sys.path, or the current environment)."""
-    completed = _run_in(env, [sys.executable, "-c", CHECK, str(folder), json.dumps(SENTENCES)], cwd=workdir)
+    """The remote-code check in a fresh process (env first on sys.path, or the current environment).
+
+    Offline, with its own Hugging Face cache in `workdir`: the copied code is the folder's, nothing outside is used.
+    """
+    hf_home = workdir / f"hf_home_{env.name if env is not None else 'reference'}"
+    completed = _run_in(
+        env,
+        [sys.executable, "-c", CHECK, str(folder), json.dumps(SENTENCES)],
+        cwd=workdir,
+        extra={"HF_HOME": str(hf_home), "HF_MODULES_CACHE": str(hf_home / "modules"), "HF_HUB_OFFLINE": "1"},
+    )
     if completed.returncode != 0:
         lines = [line for line in completed.stderr.strip().splitlines() if line.strip()]
         return {"error": lines[-1] if lines else f"exit status {completed.returncode}"}
