@@ -23,9 +23,10 @@ PY
 
 python -m venv "$work/venv"
 venv_python="$work/venv/bin/python"
-# The CPU build of torch first: a bare `torch` requirement would pull the CUDA wheels.
-"$venv_python" -m pip install --quiet torch==2.13.0
-"$venv_python" -m pip install --quiet "$wheel[plot,export]"
+# The CPU build of torch first: a bare `torch` requirement would pull the CUDA wheels. --no-compile: byte-compiling
+# every installed module (torch has thousands) costs more than this job; what is imported compiles on first use.
+"$venv_python" -m pip install --quiet --no-compile torch==2.13.0
+"$venv_python" -m pip install --quiet --no-compile "$wheel[plot,export]"
 export PATH="$work/venv/bin:$PATH" OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 echo "wheel built and installed in $((SECONDS - started)) s"
 
