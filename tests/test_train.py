@@ -169,8 +169,11 @@ def test_resume_continues_to_the_same_weights(tmp_path):
     main([*base, "--output_dir", str(interrupted), "--resume_from_checkpoint", str(interrupted / "checkpoint-6")])
     straight = load_file(tmp_path / "straight" / "checkpoint-9" / "model.safetensors")
     resumed = load_file(interrupted / "checkpoint-9" / "model.safetensors")
+    # Not bit for bit: the two runs may sum in another order (CPU matmul blocking follows memory alignment), which
+    # moves float32 weights by ~1e-7; a resume fault (other dropout masks, lost optimizer state, a skipped batch)
+    # moves them by ~1e-3 after one step.
     for key in straight:
-        torch.testing.assert_close(resumed[key], straight[key], atol=0, rtol=0, msg=key)
+        torch.testing.assert_close(resumed[key], straight[key], atol=1e-5, rtol=1e-4, msg=key)
 
 
 def _losses(output_dir):
