@@ -140,6 +140,20 @@ def test_a_garbage_safetensors_header(model_dir, tmp_path, capsys):
     )
 
 
+def test_a_model_folder_without_its_tokenizer(tmp_path, capsys):
+    tiny_model().save_pretrained(tmp_path / "model")
+    status, stderr = run("translate", tmp_path / "model", "A mouse sits .", capsys=capsys)
+    assert_one_line_error(status, stderr, "translate", "the folder has no tokenizer", "save_pretrained")
+
+
+def test_a_hub_dataset_offline(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = [*TINY_RUN, "--dataset_name", "nobody/no-such-corpus", "--source_lang", "en", "--target_lang", "de"]
+    status, stderr = run("train", *argv, "--output_dir", tmp_path / "run", capsys=capsys)
+    assert_one_line_error(status, stderr, "train", "--dataset_name nobody/no-such-corpus", "HF_HUB_OFFLINE")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_folder_without_config_is_not_a_model(tmp_path, capsys):
     status, stderr = run("export", tmp_path, tmp_path / "onnx", capsys=capsys)
     assert_one_line_error(status, stderr, "export", "has no config.json")

@@ -147,10 +147,11 @@ def check_safetensors(path: Path) -> None:
         raise corrupted(f"the tensors need {8 + header_size + end} bytes but the file has {size}")
 
 
-def check_model_dir(value: str, option: str, *, hub_allowed: bool = True) -> None:
+def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_tokenizer: bool = False) -> None:
     """Check a model given as `value` by `option` ("MODEL_DIR", "--model_name_or_path"): a local folder must hold
-    config.json (valid JSON) and whole weights. A string that is not a local folder is left to the Hub only when
-    it can be a repository id and `hub_allowed`; otherwise it is an error, answered without any network access."""
+    config.json (valid JSON), whole weights and, with `needs_tokenizer`, tokenizer files. A string that is not a
+    local folder is left to the Hub only when it can be a repository id and `hub_allowed`; otherwise it is an
+    error, answered without any network access."""
     path = Path(value).expanduser()
     hint = (
         "(a folder written by vaswani-train, or a Hub model id)"
@@ -161,9 +162,7 @@ def check_model_dir(value: str, option: str, *, hub_allowed: bool = True) -> Non
         raise UsageError(f"{option} {value}: is a file, not a model folder {hint}")
     if not path.is_dir():
         if hub_allowed and not looks_like_local_path(value):
-            if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-                raise UsageError(f"{option} {value}: no such folder, and HF_HUB_OFFLINE is set so the Hub is not asked")
-            check_hub_model(value, option)
+            check_hub_repo(value, option)
             return
         raise UsageError(f"{option} {value}: no such folder {hint}")
     config = path / "config.json"
@@ -178,19 +177,32 @@ def check_model_dir(value: str, option: str, *, hub_allowed: bool = True) -> Non
         raise UsageError(f"{option} {value}: the folder has no weights ({', '.join(WEIGHT_FILES[:2])}, ...)")
     if weights[0] == "model.safetensors":
         check_safetensors(path / "model.safetensors")
+    if needs_tokenizer and not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise UsageError(
+            f"{option} {value}: the folder has no tokenizer (tokenizer.json); save the tokenizer with the model "
+            "(tokenizer.save_pretrained(folder)), as vaswani-train does"
+        )
 
 
-def check_hub_model(repo_id: str, option: str) -> None:
+def check_hub_repo(repo_id: str, option: str, repo_type: str = "model") -> None:
     """`repo_id` is not a local folder but could name a Hub repository: ask the Hub once (no retries, a short
     timeout) whether it exists, unless it is in the local cache. Loading would otherwise retry for ~20 s offline and
     end in chained tracebacks."""
     from huggingface_hub import HfApi, try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
 
+    cached_file = "config.json" if repo_type == "model" else "README.md"
     try:
-        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        if isinstance(try_to_load_from_cache(repo_id, cached_file, repo_type=repo_type), str):
             return
-        HfApi().model_info(repo_id, timeout=10)
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+            raise UsageError(
+                f"{option} {repo_id}: no such folder, and HF_HUB_OFFLINE is set so the Hub is not asked (nor is "
+                "it in the local cache)"
+            )
+        HfApi().repo_info(repo_id, repo_type=repo_type, timeout=10)
+    except UsageError:
+        raise
     except HFValidationError:
         raise UsageError(f"{option} {repo_id}: no such folder, and not a valid Hub repository id") from None
     except RepositoryNotFoundError:
@@ -317,10 +329,14 @@ def preflight_train(argv: Sequence[str]) -> None:
     _, recipe, rest = split_recipe(argv)
     options = raw_options(recipe, rest)
     if options.get("model_name_or_path"):
-        check_model_dir(options["model_name_or_path"], "--model_name_or_path")
+        needs_tokenizer = not options.get("tokenizer_name_or_path")  # the model's own tokenizer is used
+        check_model_dir(options["model_name_or_path"], "--model_name_or_path", needs_tokenizer=needs_tokenizer)
     tokenizer = options.get("tokenizer_name_or_path")
     if tokenizer and not Path(tokenizer).exists() and looks_like_local_path(tokenizer):
         raise UsageError(f"--tokenizer_name_or_path {tokenizer}: no such folder")
+    dataset = options.get("dataset_name")
+    if dataset and not Path(dataset).exists():
+        check_hub_repo(dataset, "--dataset_name", repo_type="dataset")
     data_dir = options.get("data_dir")
     if data_dir and not Path(data_dir).is_dir():
         raise UsageError(

@@ -111,7 +111,8 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[ModelArguments, Data
 def check_arguments(model_args: ModelArguments, data_args: DataArguments, training_args) -> None:
     """What can be checked before any data is read or model built; every failure is one UsageError line."""
     if model_args.model_name_or_path:
-        check_model_dir(model_args.model_name_or_path, "--model_name_or_path")
+        needs_tokenizer = not model_args.tokenizer_name_or_path  # else the model folder's own tokenizer is used
+        check_model_dir(model_args.model_name_or_path, "--model_name_or_path", needs_tokenizer=needs_tokenizer)
     else:
         load_preset(model_args.preset)
     check_output_dir(training_args.output_dir, "--output_dir")
