@@ -11,4 +11,4 @@ if [ ! -x /usr/bin/chromium ]; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null
 fi
 python -m pip install --quiet "playwright>=1.40" "gradio>=6,<7"
-/usr/bin/chromium --version
+/usr/bin/chromium --version 2>/dev/null  # (Debian's wrapper script prints a harmless shell warning on some machines)
