@@ -223,3 +223,9 @@ def test_space_app_runs_from_a_copy_of_the_repository(tmp_path, model_dir):
     module_file, status = completed.stdout.splitlines()[-2:]
     assert Path(module_file) == space / "training" / "explore.py"
     assert status.startswith(f"**Model** `{model_dir}`") and "2 encoder / 2 decoder layers" in status
+
+
+def test_cli_without_gradio_names_the_extra(monkeypatch, capsys, model_dir):
+    monkeypatch.setitem(sys.modules, "gradio", None)  # import gradio now raises ImportError
+    assert explore.main([str(model_dir)]) == 2
+    assert capsys.readouterr().err == 'error: the attention explorer needs gradio: pip install "hf-vaswani[explore]"\n'
