@@ -276,6 +276,8 @@ def print_report(report: dict) -> None:
             ("ct2_float32_beam", "CTranslate2 float32"),
             ("ct2_int8_beam", "CTranslate2 int8"),
         ]
+        if "ablation_hf_penalty_batch_limit" not in results:  # the three changes at once
+            steps[3] = ("generate_beam", "  all three: HF penalty, batch limit, early stop (CTranslate2's)")
         for name, label in steps:
             if name in results:
                 delta = results[name]["bleu"] - results["generate_beam_paper"]["bleu"]
