@@ -1,6 +1,10 @@
 """Export a trained model to ONNX for incremental greedy decoding with ONNX Runtime.
 
-    python -m training.export MODEL_DIR OUT_DIR [--opset N] [--check]
+    vaswani-export MODEL_DIR OUT_DIR [--opset N] [--check]      (or `python -m training.export` from a checkout)
+    vaswani-export MODEL_DIR OUT_DIR --format ctranslate2 [--quantization int8] [--check]
+
+`--format ctranslate2` writes a CTranslate2 model instead, through CTranslate2's own converter with a loader for this
+architecture (training/ctranslate2_export.py); `vaswani-translate OUT_DIR --engine ctranslate2` translates with it.
 
 Three graphs, so a loop outside the model can decode with a key/value cache held as plain tensors:
 
@@ -35,7 +39,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .translate import positive_int
+from .cli import ArgumentParser, UsageError, check_model_dir, check_output_dir, positive_int, require_extra
+from .ctranslate2_export import QUANTIZATIONS as CT2_QUANTIZATIONS
+from .ctranslate2_export import check_out_dir as check_ctranslate2_out_dir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -384,14 +390,26 @@ def onnx_greedy_decode(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.export",
+    parser = ArgumentParser(
+        prog="vaswani-export",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("model", metavar="MODEL_DIR", help="a folder written by training.train")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="where to write the .onnx files, tokenizer and config")
-    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset version")
+    parser.add_argument(
+        "--format",
+        choices=("onnx", "ctranslate2"),
+        default="onnx",
+        help="onnx: three graphs for ONNX Runtime; ctranslate2: a CTranslate2 model (pip install "
+        '"hf-vaswani[ctranslate2]")',
+    )
+    parser.add_argument("--opset", type=positive_int, default=DEFAULT_OPSET, help="ONNX opset version (--format onnx)")
+    parser.add_argument(
+        "--quantization",
+        choices=CT2_QUANTIZATIONS,
+        help="--format ctranslate2: weight type of the converted model (default: float32)",
+    )
     parser.add_argument(
         "--check", action="store_true", help="compare ONNX Runtime greedy decoding with model.generate(num_beams=1)"
     )
@@ -429,17 +447,34 @@ def check(model, tokenizer, out_dir: str | Path, sentences: Sequence[str], max_n
     return all_equal
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not (Path(args.model) / "config.json").is_file():
-        parser.error(f"{args.model} is not a model folder (it has no config.json)")
+def check_arguments(args: argparse.Namespace) -> None:
+    """The model folder, OUT_DIR and the export extra, before torch is imported or anything is written."""
+    check_model_dir(args.model, "MODEL_DIR", hub_allowed=False)
+    check_output_dir(args.out_dir, "OUT_DIR")
     if args.sentence and not args.check:
-        parser.error("--sentence chooses what --check decodes: add --check")
+        raise UsageError("--sentence chooses what --check decodes: add --check")
+    if args.format == "ctranslate2":
+        if args.opset != DEFAULT_OPSET:
+            raise UsageError("--opset applies to --format onnx only")
+        require_extra(["ctranslate2"], "ctranslate2", "vaswani-export --format ctranslate2")
+        check_ctranslate2_out_dir(Path(args.out_dir))
+        return
+    if args.quantization is not None:
+        raise UsageError("--quantization applies to --format ctranslate2 only: add --format ctranslate2")
+    require_extra(["onnx", "onnxscript", *(["onnxruntime"] if args.check else [])], "export", "vaswani-export")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Export as the command line says: 0 when done (and --check found the same tokens), 1 when --check found
+    different tokens. A user error raises UsageError (vaswani-export prints it as one line, exit status 2)."""
+    args = build_parser().parse_args(argv)
+    check_arguments(args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     logger.setLevel(logging.INFO)
     # torch.onnx warns, for every graph, about torchvision operators it cannot register; they are not used here.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args)
     model = load_model(args.model, trust_remote_code=args.trust_remote_code)
     export(model, args.out_dir, opset=args.opset)
     copied = copy_tokenizer_files(args.model, args.out_dir)
@@ -456,5 +491,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _export_ctranslate2(args: argparse.Namespace) -> int:
+    from .ctranslate2_export import check_ctranslate2, convert_to_ctranslate2
+
+    convert_to_ctranslate2(
+        args.model, args.out_dir, quantization=args.quantization, trust_remote_code=args.trust_remote_code
+    )
+    print(f"Wrote a CTranslate2 model ({args.quantization or 'float32'}) and its tokenizer to {args.out_dir}")
+    if args.check:
+        sentences = args.sentence or list(CHECK_SENTENCES)
+        same = check_ctranslate2(args.model, args.out_dir, sentences, args.max_new_tokens, args.trust_remote_code)
+        # Quantized weights change the logits: their outputs may differ from generate()'s without anything wrong.
+        if not same and args.quantization in (None, "float32"):
+            return 1
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import export as export_command
+
+    sys.exit(export_command())

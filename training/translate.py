@@ -1,9 +1,11 @@
 """Translate sentences with a trained model: the paper's decoding (§6.1) by default.
 
-    python -m training.translate MODEL_DIR "A mouse sits ." "The dog runs ."
-    python -m training.translate MODEL_DIR --input test.en[.gz] --output test.hyp
-    cat test.en | python -m training.translate MODEL_DIR --greedy
-    python -m training.translate MODEL_DIR "A mouse sits ." --attention-plot attention.png --head all
+    vaswani-translate MODEL_DIR "A mouse sits ." "The dog runs ."
+    vaswani-translate MODEL_DIR --input test.en[.gz] --output test.hyp
+    cat test.en | vaswani-translate MODEL_DIR --greedy
+    vaswani-translate MODEL_DIR "A mouse sits ." --attention-plot attention.png --head all
+
+(`python -m training.translate` from a checkout is the same command.)
 
 Input: the sentences given as arguments, else the lines of --input (UTF-8, `.gz` read as gzip), else standard
 input. Output: one line per input line, in input order, on standard output or in --output; an empty input line
@@ -13,12 +15,18 @@ Tabs and line breaks inside a translation are written as spaces, so that this la
 
 Decoding defaults come from the model's generation_config.json; for models trained here that is the paper's beam
 search: 4 beams, GNMT length penalty alpha = 0.6, outputs at most source length + 50 tokens. Batches are sorted by
-length and bounded by --max_tokens source tokens (`training.decoding.translate`).
+length and bounded by --max_tokens source tokens (`training.decoding.translate`). Sources longer than
+--max_source_length (default: the tokenizer's model_max_length) are truncated to it, with a warning.
+
+--engine ctranslate2 decodes with CTranslate2 instead (MODEL_DIR written by `vaswani-export --format ctranslate2`):
+the same input, output and options, mapped onto CTranslate2's; what of the paper's decoding it cannot express (the
+GNMT formula, a per-sentence length limit, early_stopping="never") is listed in training/ctranslate2_export.py.
 
 --attention-plot PNG translates the first non-empty input sentence once more, runs one teacher-forced forward pass
 over that translation with eager attention and draws its encoder-decoder attention (training/attention_plot.py).
 
-Arguments and input are checked before torch and transformers are imported, so mistakes fail in a moment.
+Arguments, the model folder and the input are checked before torch and transformers are imported, so mistakes
+fail in a moment, as one line (training/cli.py).
 """
 
 from __future__ import annotations
@@ -29,6 +37,16 @@ import logging
 import re
 import sys
 from pathlib import Path
+
+from .cli import (
+    ArgumentParser,
+    UsageError,
+    check_model_dir,
+    check_output_file,
+    non_negative_int,
+    positive_int,
+    require_extra,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +70,9 @@ def _head(value: str) -> int | str | None:
         raise argparse.ArgumentTypeError(f"{value!r} is not a head index, 'mean' or 'all'") from None
 
 
-def positive_int(value: str) -> int:
-    """argparse type: an integer >= 1."""
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return number
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.translate",
+    parser = ArgumentParser(
+        prog="vaswani-translate",
         description=__doc__.split("\n\n")[0],
         epilog="Decoding options left out take their value from the model's generation_config.json.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -86,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--top_p", type=float, help="nucleus sampling threshold (--sample)")
     decoding.add_argument("--seed", type=int, help="random seed, for reproducible --sample outputs")
     decoding.add_argument(
-        "--max_length_offset", type=int, metavar="K", help="outputs are at most source length + K tokens (paper: 50)"
+        "--max_length_offset",
+        type=non_negative_int,
+        metavar="K",
+        help="outputs are at most source length + K tokens (paper: 50)",
     )
     decoding.add_argument(
         "--num_return_sequences",
@@ -101,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     hardware.add_argument("--max_source_length", type=positive_int, help="truncate sources to this many tokens")
     hardware.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
     hardware.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: the dtype the weights were saved in")
+    hardware.add_argument(
+        "--engine",
+        choices=("torch", "ctranslate2"),
+        default="torch",
+        help="ctranslate2: MODEL_DIR written by `vaswani-export --format ctranslate2` (a training folder is converted "
+        "first); the decoding options map onto CTranslate2's (training/ctranslate2_export.py)",
+    )
     hardware.add_argument(
         "--trust_remote_code", action="store_true", help="allow the model folder's/Hub repository's own code to run"
     )
@@ -133,6 +153,20 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check_files(args: argparse.Namespace) -> None:
+    """The model folder, the output files and the extras they need, before anything is loaded or translated."""
+    if args.engine == "ctranslate2":
+        require_extra(["ctranslate2"], "ctranslate2", "--engine ctranslate2")
+        if args.attention_plot is not None:
+            raise UsageError("--attention-plot needs the PyTorch model: leave out --engine ctranslate2")
+    if not (args.engine == "ctranslate2" and (Path(args.model) / "model.bin").is_file()):  # else a CTranslate2 folder
+        check_model_dir(args.model, "MODEL_DIR", needs_tokenizer=True)
+    check_output_file(args.output, "--output")
+    if args.attention_plot is not None:
+        check_output_file(args.attention_plot, "--attention-plot")
+        require_extra(["matplotlib"], "plot", "--attention-plot")
+
+
 # ---- input and output -----------------------------------------------------------------------------------------------
 
 
@@ -147,7 +181,7 @@ def decode_lines(data: bytes, name: str) -> list[str]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(
+            raise UsageError(
                 f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line: "
                 f"{line[error.start : error.start + 4]!r}); the input must be UTF-8 text"
             ) from None
@@ -164,11 +198,11 @@ def read_sentences(args: argparse.Namespace) -> tuple[list[str], bool]:
     if args.input is not None and args.input != "-":
         path = Path(args.input)
         if not path.is_file():
-            raise ValueError(f"--input {path}: no such file")
+            raise UsageError(f"--input {path}: no such file")
         try:
             data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
         except (OSError, EOFError) as error:
-            raise ValueError(f"--input {path}: cannot read it as gzip ({error})") from None
+            raise UsageError(f"--input {path}: cannot read it as gzip ({error})") from None
         return decode_lines(data, str(path)), True
     if sys.stdin.isatty():
         print("Reading sentences from standard input, one per line (end with Ctrl-D)", file=sys.stderr)
@@ -206,8 +240,11 @@ def load_model_and_tokenizer(args: argparse.Namespace):
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+        model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code)
+    except OSError as error:  # what from_pretrained raises for a folder or Hub id it cannot load
+        raise UsageError(f"MODEL_DIR {args.model}: cannot be loaded ({error})") from None
     return model.to(device).eval(), tokenizer
 
 
@@ -231,7 +268,7 @@ def generation_kwargs(args: argparse.Namespace, generation_config) -> dict:
     if args.num_return_sequences > 1:
         num_beams = kwargs.get("num_beams", generation_config.num_beams or 1)
         if not args.sample and args.num_return_sequences > num_beams:
-            raise ValueError(
+            raise UsageError(
                 f"--num_return_sequences {args.num_return_sequences} needs at least as many beams, but num_beams is "
                 f"{num_beams}: add --num_beams {args.num_return_sequences} (or --sample)"
             )
@@ -246,15 +283,52 @@ def _decoder_shape(config) -> tuple[int | None, int | None]:
     return layers, heads
 
 
+def _main_ctranslate2(args: argparse.Namespace, sentences: list[str]) -> int:
+    """`--engine ctranslate2`: the same options, input and output, decoded by CTranslate2."""
+    import types
+
+    import ctranslate2
+
+    from .ctranslate2_export import CTranslate2Translator
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    compute_type = "default" if args.dtype == "auto" else args.dtype
+    translator = CTranslate2Translator(
+        args.model, device=device, compute_type=compute_type, trust_remote_code=args.trust_remote_code
+    )
+    defaults = types.SimpleNamespace(num_beams=translator.generation_defaults["num_beams"])
+    kwargs = generation_kwargs(args, defaults)
+    if args.seed is not None:
+        ctranslate2.set_random_seed(args.seed)
+    indices = [i for i, sentence in enumerate(sentences) if sentence]
+    translations = translator.translate(
+        [sentences[i] for i in indices], max_tokens=args.max_tokens, max_source_length=args.max_source_length, **kwargs
+    )
+    lines = [""] * len(sentences)
+    for index, translation in zip(indices, translations, strict=True):
+        lines[index] = "\t".join(map(one_line, translation)) if isinstance(translation, list) else one_line(translation)
+    write_translations(lines, args.output)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Translate as the command line says; a user error raises UsageError (vaswani-translate prints it as one
+    line and exits with status 2)."""
     args = parse_arguments(argv)
+    check_files(args)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=sys.stderr)
     try:
         sentences, from_stream = read_sentences(args)
+    except UsageError:
+        raise
     except ValueError as error:
-        sys.exit(f"error: {error}")
+        raise UsageError(str(error)) from None
     if args.attention_plot is not None and not any(sentences):
-        sys.exit("error: --attention-plot needs a non-empty input sentence")
+        raise UsageError("--attention-plot needs a non-empty input sentence")
+    if args.engine == "ctranslate2":
+        return _main_ctranslate2(args, sentences)
 
     import transformers
 
@@ -270,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
             layers, heads = _decoder_shape(model.config)
             if layers is not None and heads is not None:
                 check_layer_and_head(layers, heads, -1 if args.layer is None else args.layer, args.head)
+    except UsageError:
+        raise
     except ValueError as error:
-        sys.exit(f"error: {error}")
+        raise UsageError(str(error)) from None
 
     # Empty lines are not sent to the model: they come back as empty lines.
     indices = [i for i, sentence in enumerate(sentences) if sentence]
@@ -305,10 +381,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             path = plot_attention(weights, source_tokens, target_tokens, args.attention_plot, layer, args.head)
         except ValueError as error:
-            sys.exit(f"error: {error}")
+            raise UsageError(str(error)) from None
         logger.info("Attention of input line %d's translation written to %s", first + 1, path)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import translate as translate_command
+
+    sys.exit(translate_command())
