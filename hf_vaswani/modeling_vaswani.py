@@ -398,8 +398,9 @@ class VaswaniPreTrainedModel(PreTrainedModel):
             ) from error
         # transformers 5.3.0 counts the tied aliases absent from the file as present, does not tie them and leaves
         # them on the meta device (the first forward fails); tying again fixes it (scripts/check_transformers_versions).
-        if model.config.tie_word_embeddings and any(parameter.is_meta for parameter in model.parameters()):
-            model.tie_weights()
+        loaded = model[0] if isinstance(model, tuple) else model  # (model, loading_info) with output_loading_info
+        if loaded.config.tie_word_embeddings and any(parameter.is_meta for parameter in loaded.parameters()):
+            loaded.tie_weights()
         return model
 
     def _check_input_ids(self, input_ids: torch.Tensor) -> None:
