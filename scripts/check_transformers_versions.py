@@ -6,8 +6,9 @@ plus whichever of its requirements the current environment does not satisfy, cac
 remote-code check in a fresh process where neither hf_vaswani nor hf_vaswani_training is importable: a folder
 written by `save_pretrained` from this checkout (model, tokenizer, generation config) is loaded with AutoConfig,
 AutoTokenizer and AutoModelForSeq2SeqLM (`trust_remote_code=True`), and generate() runs with the folder's defaults
-(beam 4, GNMT alpha 0.6, source + 50), greedy, and sampling with a fixed seed. The tokens are compared with the
-same check run on the current environment's transformers (the reference).
+(beam 4, GNMT alpha 0.6, source + 50), its four hypotheses per source with their scores, greedy, and sampling with a
+fixed seed. The tokens (and the beam scores, to 1e-4) are compared with the same check run on the current
+environment's transformers (the reference).
 
     python scripts/check_transformers_versions.py                      # every 5.x minor, and 4.57
     python scripts/check_transformers_versions.py --versions 5.0.0     # one release (what CI runs)
@@ -71,6 +72,10 @@ CHECK = textwrap.dedent(
     result["input_ids"] = batch["input_ids"].tolist()
     with torch.no_grad():
         result["default"] = model.generate(**batch).tolist()
+        # All four hypotheses of each source and their scores: the GNMT normalisation shows in the scores.
+        beams = model.generate(**batch, num_return_sequences=4, output_scores=True, return_dict_in_generate=True)
+        result["beams"] = beams.sequences.tolist()
+        result["beam_scores"] = beams.sequences_scores.tolist()
         result["greedy"] = model.generate(**batch, num_beams=1).tolist()
         torch.manual_seed(0)
         result["sampling"] = model.generate(**batch, num_beams=1, do_sample=True).tolist()
@@ -255,8 +260,12 @@ def main(argv: list[str] | None = None) -> int:
                 reasons.setdefault(f"refused: {result['refused']}", []).append(version)
                 failures += inside
             else:
-                same_modes = [mode for mode in ("default", "greedy", "sampling") if result[mode] == reference[mode]]
-                same = "yes" if len(same_modes) == 3 and result["input_ids"] == reference["input_ids"] else "NO"
+                modes = ("default", "beams", "greedy", "sampling")
+                same_modes = [mode for mode in modes if result[mode] == reference[mode]]
+                scores = zip(result["beam_scores"], reference["beam_scores"], strict=True)
+                if all(abs(score - expected) <= 1e-4 for score, expected in scores):
+                    same_modes.append("beam scores")
+                same = "yes" if len(same_modes) == 5 and result["input_ids"] == reference["input_ids"] else "NO"
                 if same != "yes":
                     same = f"NO (same: {', '.join(same_modes) or 'none'})"
                 outcome = "works"
