@@ -27,6 +27,7 @@ MODEL_FILES = {
     "configuration_vaswani.py",
     "generation_config.json",
     "generation_vaswani.py",
+    "compat_vaswani.py",
     "model.safetensors",
     "modeling_vaswani.py",
     "pipeline_vaswani.py",
