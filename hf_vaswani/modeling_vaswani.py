@@ -38,6 +38,10 @@ from .compat_vaswani import (
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, set_paper_decoding
 
+# Imported so that every save_pretrained copies the translation pipeline's code with the model's: a folder whose
+# config.json names it in custom_pipelines (written by the pipeline's save) stays loadable after a plain re-save.
+from .pipeline_vaswani import VaswaniTranslationPipeline  # noqa: F401
+
 logger = logging.get_logger(__name__)
 
 

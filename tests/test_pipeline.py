@@ -141,6 +141,17 @@ def test_saved_folder_carries_the_pipeline(folder):
         assert (folder / name).is_file(), name
 
 
+def test_plain_model_resave_keeps_the_pipeline_loadable(folder, tmp_path):
+    """A folder loaded and re-saved with model.save_pretrained alone (not through the pipeline) keeps
+    custom_pipelines in config.json, so it must also keep the code file that entry names."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    resaved = tmp_path / "resaved"
+    AutoModelForSeq2SeqLM.from_pretrained(folder).save_pretrained(resaved)
+    assert "translation" in json.loads((resaved / "config.json").read_text())["custom_pipelines"]
+    assert (resaved / "pipeline_vaswani.py").read_text() == (folder / "pipeline_vaswani.py").read_text()
+
+
 def test_pipeline_from_folder_with_the_package_imported(folder, model, tokenizer):
     expected = _generate_texts(model, tokenizer, SOURCES, 2)
     local = pipeline("translation", model=str(folder), pipeline_class=VaswaniTranslationPipeline, device="cpu")
