@@ -278,7 +278,10 @@ def convert_to_ctranslate2(
 
 def _generation_defaults(model_dir: Path) -> dict[str, Any]:
     """The decoding settings of the source model's generation_config.json; the paper's (§6.1) when there is none."""
-    defaults = {"num_beams": 4, "length_penalty": 0.6, "max_length_offset": 50, "length_penalty_type": "gnmt"}
+    from hf_vaswani import PAPER_DECODING  # imports torch: only once decoding is asked for
+
+    names = ("num_beams", "length_penalty", "max_length_offset", "length_penalty_type")
+    defaults = {name: PAPER_DECODING[name] for name in names}
     path = model_dir / "generation_config.json"
     if path.is_file():
         saved = json.loads(path.read_text(encoding="utf-8"))

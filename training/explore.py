@@ -667,10 +667,14 @@ def build_app(model_dir_or_repo: str | None = None) -> gr.Blocks:
         count = config.encoder_attention_heads if kind == "encoder self-attention" else config.decoder_attention_heads
         return ["mean"] + [str(i) for i in range(count)]
 
+    from hf_vaswani import PAPER_DECODING
+
     generation = explorer.model.generation_config if explorer else None
-    default_beams = int(generation.num_beams or 1) if generation else 4
-    default_alpha = float(generation.length_penalty) if generation and generation.length_penalty else 0.6
-    default_gnmt = getattr(generation, "length_penalty_type", "gnmt") == "gnmt" if generation else True
+    default_beams = int(generation.num_beams or 1) if generation else PAPER_DECODING["num_beams"]
+    paper_alpha = PAPER_DECODING["length_penalty"]
+    default_alpha = float(generation.length_penalty) if generation and generation.length_penalty else paper_alpha
+    paper_type = PAPER_DECODING["length_penalty_type"]
+    default_gnmt = (getattr(generation, "length_penalty_type", paper_type) if generation else paper_type) == "gnmt"
     d_model = explorer.config.d_model if explorer else 512
     max_positions = explorer.max_source_tokens if explorer else 256
     kind0 = ATTENTION_KINDS[0]
