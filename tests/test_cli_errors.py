@@ -98,6 +98,18 @@ def test_translate_a_hub_like_name_that_is_no_folder_offline(tmp_path, capsys, m
     assert_one_line_error(status, stderr, "translate", "MODEL_DIR outputs/toy", "no such folder", "HF_HUB_OFFLINE")
 
 
+def test_train_refuses_a_transformers_release_it_was_never_run_on(tmp_path, capsys, monkeypatch):
+    cli.check_training_transformers(cli.TRAINING_MIN_TRANSFORMERS)  # the oldest supported passes
+    check = cli.check_training_transformers
+    monkeypatch.setattr(cli, "check_training_transformers", lambda: check("5.0.0"))
+    output_dir = tmp_path / "run"
+    status, stderr = run("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
+    assert_one_line_error(
+        status, stderr, "train", "this is 5.0.0", f'"transformers>={cli.TRAINING_MIN_TRANSFORMERS},<6"'
+    )
+    assert not output_dir.exists()
+
+
 def test_train_from_a_nonexistent_model_folder(tmp_path, capsys):
     output_dir = tmp_path / "run"
     status, stderr = run(

@@ -324,8 +324,28 @@ def raw_options(recipe: dict, argv: Sequence[str]) -> dict[str, str]:
     return options
 
 
+# The model (hf_vaswani) loads on every transformers 5.x; the training side drives the Trainer's internals
+# (checkpoint rotation, prediction_step) and is tested on this release and newer only: on 5.0 it fails to import.
+TRAINING_MIN_TRANSFORMERS = "5.23.0"
+
+
+def check_training_transformers(installed: str | None = None) -> None:
+    """Refuse, in one line, a transformers release that the training recipe was never run on."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    installed = installed or version("transformers")
+    if Version(installed) < Version(TRAINING_MIN_TRANSFORMERS):
+        raise UsageError(
+            f"training needs transformers>={TRAINING_MIN_TRANSFORMERS},<6 and this is {installed} (the model itself "
+            f'loads on >=5.0 for translation): pip install "transformers>={TRAINING_MIN_TRANSFORMERS},<6"'
+        )
+
+
 def preflight_train(argv: Sequence[str]) -> None:
     """vaswani-train's checks before torch: the recipe, and the folders and files the arguments name."""
+    check_training_transformers()
     _, recipe, rest = split_recipe(argv)
     options = raw_options(recipe, rest)
     if options.get("model_name_or_path"):
