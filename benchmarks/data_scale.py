@@ -10,7 +10,8 @@ in a child process:
 that is, everything `training.train` does before the first training step (see `prepare_training_data`). The
 child runs twice on the same data and a fresh output folder each time: the first run builds the caches, the
 second is what a restarted or repeated run costs. Peak RSS is the child's (`ru_maxrss`, the largest process
-of the child's tree, as the child reports it); CPU time is user + system of the child and its descendants.
+of the child's tree, as the child reports it, including the pages of memory-mapped Arrow files it read, which the
+kernel can drop at any time; "anon" is the peak of memory not backed by a file, sampled); CPU time is user + system of the child and its descendants.
 Other work on the machine slows wall time more than CPU time: compare runs by CPU time when it is shared.
 
     python benchmarks/data_scale.py --sizes 45000,450000          # about 4 minutes on 2 cores
@@ -122,8 +123,39 @@ def write_corpus(
 # ---- the measured child ---------------------------------------------------------------------------------------------
 
 
+class _AnonymousPeak:
+    """Samples RssAnon (memory not backed by a file) every 0.2 s: ru_maxrss also counts the pages of memory-mapped
+    Arrow files that were read, which the kernel drops under memory pressure, so it overstates what a run needs."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+        except OSError:
+            pass  # not Linux
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._sample()
+        return round(self.peak_kb / 1024, 1)
+
+
 def child(args: argparse.Namespace) -> None:
     """Run the data path of `training.train` once and print one JSON line of timings."""
+    anonymous = _AnonymousPeak()
     started = time.monotonic()
     from hf_vaswani_training import train
 
@@ -152,6 +184,7 @@ def child(args: argparse.Namespace) -> None:
                 "target_tokens": int(lengths[1].sum()),
                 "vocab": len(prepared.tokenizer),
                 "peak_rss_mb": round(max(usage.ru_maxrss, workers.ru_maxrss) / 1024, 1),
+                "peak_anon_rss_mb": anonymous.stop(),
             }
         ),
         flush=True,
@@ -215,11 +248,14 @@ def main() -> None:
             print(json.dumps(result), flush=True)
             shutil.rmtree(output_dir, ignore_errors=True)
 
-    print(f"\n{'pairs':>9} {'run':>3} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'src tokens':>12} {'vocab':>6}")
+    print(
+        f"\n{'pairs':>9} {'run':>3} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'anon MB':>8} "
+        f"{'src tokens':>12} {'vocab':>6}"
+    )
     for r in rows:
         print(
             f"{r['pairs']:>9} {r['run']:>3} {r['wall_s']:>8} {r['cpu_s']:>8} {r['peak_rss_mb']:>12} "
-            f"{r['source_tokens']:>12} {r['vocab']:>6}"
+            f"{r.get('peak_anon_rss_mb', '-'):>8} {r['source_tokens']:>12} {r['vocab']:>6}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
