@@ -7,6 +7,7 @@ transformers, and `modeling_vaswani.py` imports it as a sibling (`from .generati
 what makes `save_pretrained` copy it with the model's code.
 """
 
+import copy
 import functools
 import inspect
 from types import MappingProxyType
@@ -267,6 +268,18 @@ class VaswaniGenerationConfig(GenerationConfig):
         return output
 
 
+# The release's own default max_length (None on recent 5.x, 20 on older ones): a config holding it set no limit.
+_DEFAULT_MAX_LENGTH = GenerationConfig().max_length
+
+
+def _has_length_limit(config: GenerationConfig, kwargs: dict) -> bool:
+    """Whether the caller set an output length: as generate() keywords, or in the generation config used."""
+    if kwargs.get("max_new_tokens") is not None or kwargs.get("max_length") is not None:
+        return True
+    max_length = getattr(config, "max_length", None)
+    return getattr(config, "max_new_tokens", None) is not None or max_length not in (None, _DEFAULT_MAX_LENGTH)
+
+
 class VaswaniGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (§6.1): beam search with the GNMT length penalty and a maximum
     length of input length + 50, and greedy/beam loops that drop finished rows. Not in Marian.
@@ -279,7 +292,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         - `length_penalty_type="gnmt"`: beam hypotheses are ranked by log P / ((5 + |Y|) / 6) ** length_penalty
           (Wu et al., 2016) instead of Hugging Face's log P / |Y| ** length_penalty.
         - `max_length_offset=k`: each output is at most (its source length in tokens) + k tokens long, and the
-          batch stops at the longest source + k, unless `max_length`/`max_new_tokens` are passed explicitly.
+          batch stops at the longest source + k, unless `max_length`/`max_new_tokens` are set (as keywords
+          or in the generation config used), which then bound the batch as usual.
         Both can be set in `generation_config.json` or passed as keyword arguments.
         """
         if type(self.generation_config) is GenerationConfig:
@@ -293,8 +307,12 @@ class VaswaniGenerationMixin(GenerationMixin):
             source_lengths = self._source_lengths(inputs, kwargs)
             if source_lengths is not None:
                 row_limits = source_lengths + int(offset)
-                if kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None:
-                    kwargs["max_new_tokens"] = int(row_limits.max())
+                if not _has_length_limit(config, kwargs):
+                    if generation_config is None:
+                        kwargs["max_new_tokens"] = int(row_limits.max())
+                    else:  # on a copy: the caller's object stays as given, and no kwargs join a passed config
+                        generation_config = copy.deepcopy(generation_config)
+                        generation_config.max_new_tokens = int(row_limits.max())
                 criteria = StoppingCriteriaList([_SourceLengthStoppingCriteria(row_limits)])
                 if stopping_criteria is not None:
                     criteria.extend(stopping_criteria)

@@ -1,3 +1,4 @@
+import copy
 import functools
 
 import pytest
@@ -188,6 +189,24 @@ def test_max_length_is_source_length_plus_offset():
     )
     generated = (output[:, 1:] != PAD).sum(-1)
     assert generated.tolist() == [6 + 4, 3 + 4, 5 + 4]
+
+
+def test_a_length_limit_in_the_generation_config_is_kept():
+    """max_new_tokens set in the model's generation config, or in a config passed to generate(), bounds the output as
+    the same keyword does; the per-source limit (source + offset) still applies under it."""
+    model = tiny_model()
+    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    common = dict(attention_mask=attention_mask, num_beams=1, max_length_offset=4, suppress_tokens=[EOS])
+    by_keyword = model.generate(input_ids, max_new_tokens=5, **common)
+    assert ((by_keyword[:, 1:] != PAD).sum(-1)).tolist() == [5, 5, 5]
+
+    passed = copy.deepcopy(model.generation_config)
+    passed.max_new_tokens = 5
+    assert torch.equal(model.generate(input_ids, generation_config=passed, **common), by_keyword)
+    assert passed.max_new_tokens == 5 and model.generation_config.max_new_tokens is None  # neither config changed
+
+    model.generation_config.max_new_tokens = 5
+    assert torch.equal(model.generate(input_ids, **common), by_keyword)
 
 
 @torch.no_grad()
