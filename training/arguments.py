@@ -152,7 +152,13 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         default="validation,test", metadata={"help": "Splits translated and scored at the end (comma-separated)."}
     )
     num_samples_to_print: int = field(default=5, metadata={"help": "Sample test translations printed at the end."})
-    eval_max_tokens: int = field(default=6000, metadata={"help": "Source tokens per batch when translating."})
+    eval_max_tokens: int = field(
+        default=6000,
+        metadata={
+            "help": "Padded source tokens per length-sorted batch when translating: evaluation during training and "
+            "the final evaluation (beam search multiplies the work by the beam size)."
+        },
+    )
 
     def __post_init__(self):
         # `accelerate launch --num_processes N` on a machine without an accelerator: Accelerate only sets up

@@ -85,23 +85,53 @@ def translate(
     truncated to it, with a warning that counts them. With
     `num_return_sequences=n > 1` each sentence gets a list of its n outputs, best first.
     """
-    num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
     if not sentences:
         return []
-    model.eval()
-    device = next(model.parameters()).device
     limit, limit_name = source_length_limit(model, tokenizer, max_source_length)
     # One token more than the limit, so that a sentence cut by the tokenizer is told apart from one that fits.
     encoded = tokenizer(list(sentences), truncation=limit is not None, max_length=None if limit is None else limit + 1)
     if limit is not None:
         _truncate(encoded, limit, limit_name, set(tokenizer.all_special_ids))
-    lengths = [len(ids) for ids in encoded["input_ids"]]
-    batches = _length_sorted_batches(lengths, max_tokens, max_sentences)
-    outputs: list = [None] * len(sentences)
+    return translate_ids(
+        model,
+        tokenizer,
+        encoded["input_ids"],
+        max_tokens=max_tokens,
+        max_sentences=max_sentences,
+        progress=progress,
+        **generate_kwargs,
+    )
+
+
+@torch.no_grad()
+def translate_ids(
+    model,
+    tokenizer,
+    input_ids: Sequence[Sequence[int]],
+    max_tokens: int = 6000,
+    max_sentences: int = 256,
+    progress: bool = False,
+    shard: tuple[int, int] = (0, 1),
+    **generate_kwargs,
+) -> list:
+    """What `translate` does once the sources are token ids (EOS included, already truncated): length-sorted
+    batches of at most `max_tokens` padded source tokens through `model.generate()`, outputs in input order.
+
+    Evaluation during training calls this on the tokenized validation split, so it decodes exactly as
+    `translate` and the final evaluation do. `shard=(rank, world_size)` decodes only batches rank, rank +
+    world_size, ... of the one length-sorted list; the other entries of the result are None (the caller gathers).
+    """
+    rank, world_size = shard
+    num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
+    outputs: list = [None] * len(input_ids)
+    if not input_ids:
+        return outputs
+    model.eval()
+    device = next(model.parameters()).device
+    lengths = [len(ids) for ids in input_ids]
+    batches = _length_sorted_batches(lengths, max_tokens, max_sentences)[rank::world_size]
     for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
-        features = [
-            {"input_ids": encoded["input_ids"][i], "attention_mask": encoded["attention_mask"][i]} for i in batch
-        ]
+        features = [{"input_ids": list(input_ids[i]), "attention_mask": [1] * lengths[i]} for i in batch]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)
         generated = model.generate(**inputs, **generate_kwargs)
         texts = tokenizer.batch_decode(generated, skip_special_tokens=True)

@@ -475,6 +475,9 @@ def train_model(
         eval_dataset=data.tokenized.get("validation"),
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        # Evaluation decodes through decoding.translate_ids with --eval_max_tokens batches, as the final
+        # evaluation does; compute_metrics scores the stock generate loop where that cannot run (ZeRO-3, FSDP).
+        translation_metric=metric,
         compute_metrics=make_compute_metrics(tokenizer, metric),
         callbacks=callbacks,
         max_tokens=training_args.max_tokens,

@@ -5,6 +5,10 @@
   `LabelSmoother`, which materialises a full log-softmax copy of the logits.
 - Throughput in the logs (non-pad source and target tokens per second), a wall-clock budget, and a hard stop
   on a non-finite loss or gradient before the optimizer applies it.
+- Evaluation that decodes the validation split the way `translate` does (training/decoding.py: length-sorted
+  batches of at most --eval_max_tokens source tokens, outputs back in input order) instead of the stock
+  predict_with_generate loop (8 sentences a batch in dataset order, padded to the longest of each), and scores
+  it with the project's sacreBLEU/chrF metric; eval_loss still comes from the stock loop.
 
 And crash-safe checkpoints: the stock Trainer writes `checkpoint-N` file by file, so a run killed during a save
 leaves a half-written folder that `get_last_checkpoint` picks, and every resume then dies on it (FileNotFoundError
@@ -21,8 +25,11 @@ import shutil
 import time
 
 import torch
+from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.distributed.fsdp import is_fsdp_managed_module
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import SaveStrategy, rotate_checkpoints
@@ -37,6 +44,7 @@ from .checkpoints import (
     stale_staging_dirs,
 )
 from .data_cache import sequence_lengths
+from .decoding import translate_ids
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +99,17 @@ class _TokenBatchSummary(logging.Filter):
 
 
 class VaswaniTrainer(Seq2SeqTrainer):
-    def __init__(self, *args, max_tokens: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, translation_metric=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens or None
+        # The `evaluate` module of training/metrics; with predict_with_generate it makes evaluation decode through
+        # training/decoding.py (see evaluation_loop) instead of compute_metrics on the stock generated tokens.
+        self.translation_metric = translation_metric
+        self._decoding_evaluation = False
+        if self.args.label_names is None:
+            # The stock guess takes every forward argument named like a label, here also `label_smoothing`, which
+            # no batch holds: evaluation then saw no labels and never reported eval_loss.
+            self.label_names = ["labels"]
         # The model applies label smoothing itself (see compute_loss); the stock smoother would pop the labels.
         self.label_smoother = None
         self._tokens_since_log = 0
@@ -184,6 +200,85 @@ class VaswaniTrainer(Seq2SeqTrainer):
             logs["tokens_per_second"] = round(tokens / max(now - self._time_of_last_log, 1e-9), 1)
             self._tokens_since_log, self._time_of_last_log = 0, now
         super().log(logs, start_time)
+
+    # ---- evaluation: decoded like translate() ---------------------------------------------------------------------
+
+    def _decodes_for_metrics(self) -> bool:
+        if not self.args.predict_with_generate or self.translation_metric is None or self.args.prediction_loss_only:
+            return False
+        # generate() under ZeRO-3/FSDP needs every rank in every step (synced_gpus); the stock loop does that.
+        return not (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval", **gen_kwargs):
+        self._decoding_evaluation = self._decodes_for_metrics()
+        try:
+            return super().evaluate(
+                eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
+            )
+        finally:
+            self._decoding_evaluation = False
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        """The stock loop for eval_loss (forward passes only), then BLEU and chrF of the split decoded by
+        `decoding.translate_ids`, the function behind `translate` and the final evaluation.
+
+        Several processes shard the decoding: every rank takes every world_size-th of the same length-sorted
+        batches, the hypotheses are gathered (`gather_object`) and every rank scores the whole split, so all of
+        them log and return the same metrics.
+        """
+        if not self._decoding_evaluation:
+            return super().evaluation_loop(
+                dataloader,
+                description,
+                prediction_loss_only,
+                ignore_keys=ignore_keys,
+                metric_key_prefix=metric_key_prefix,
+            )
+        output = super().evaluation_loop(
+            dataloader,
+            description,
+            prediction_loss_only=True,
+            ignore_keys=ignore_keys,
+            metric_key_prefix=metric_key_prefix,
+        )
+        dataset = dataloader.dataset
+        if "labels" not in getattr(dataset, "column_names", ()):
+            return output  # nothing to score against
+        # Lists, not datasets' lazy Column: translate_ids indexes the sources batch by batch.
+        hypotheses = self.decode_for_evaluation(list(dataset["input_ids"]))
+        labels = list(dataset["labels"])
+        # The references the stock compute_metrics scored against: the labels detokenized.
+        pad = self.processing_class.pad_token_id
+        references = self.processing_class.batch_decode(
+            [[pad if token == -100 else token for token in ids] for ids in labels], skip_special_tokens=True
+        )
+        scores = self.translation_metric.compute(predictions=hypotheses, references=references)
+        output.metrics.update(
+            {f"{metric_key_prefix}_bleu": scores["bleu"], f"{metric_key_prefix}_chrf": scores["chrf"]}
+        )
+        return output
+
+    def decode_for_evaluation(self, input_ids) -> list[str]:
+        """Hypotheses for every source of `input_ids` (token ids), in their order, on every process."""
+        gen_kwargs = {key: value for key, value in getattr(self, "_gen_kwargs", {}).items() if value is not None}
+        world_size, rank = self.args.world_size, self.args.process_index
+        eval_max_tokens = getattr(self.args, "eval_max_tokens", 6000)
+        ours = translate_ids(
+            self.model,
+            self.processing_class,
+            input_ids,
+            max_tokens=eval_max_tokens,
+            shard=(rank, world_size),
+            **gen_kwargs,
+        )
+        if world_size == 1:
+            return ours
+        hypotheses: list = [None] * len(input_ids)
+        for index, text in gather_object([(i, text) for i, text in enumerate(ours) if text is not None]):
+            hypotheses[index] = text
+        return hypotheses
 
     # ---- crash-safe checkpoints ---------------------------------------------------------------------------------
 
