@@ -193,7 +193,8 @@ def test_cli_rejects_a_folder_that_is_not_a_model_in_one_line(tmp_path):
     assert completed.returncode == 2
     lines = [line for line in completed.stderr.splitlines() if line.strip()]
     assert lines == [
-        f"error: {tmp_path} is not a model folder: it has no config.json (train one with `vaswani-train toy`)"
+        f"error: model {tmp_path}: the folder has no config.json, so it is not a model folder (a folder written by "
+        "vaswani-train)"
     ]
 
 
@@ -229,3 +230,12 @@ def test_cli_without_gradio_names_the_extra(monkeypatch, capsys, model_dir):
     monkeypatch.setitem(sys.modules, "gradio", None)  # import gradio now raises ImportError
     assert explore.main([str(model_dir)]) == 2
     assert capsys.readouterr().err == 'error: the attention explorer needs gradio: pip install "hf-vaswani[explore]"\n'
+
+
+def test_only_the_most_recently_used_models_stay_loaded(model_dir, monkeypatch):
+    monkeypatch.setattr(explore, "_EXPLORERS", explore.OrderedDict())
+    monkeypatch.setattr(explore, "_MAX_LOADED_MODELS", 1)
+    first = explore.load_explorer(str(model_dir))
+    assert explore.load_explorer(str(model_dir)) is first  # cached
+    explore.load_explorer(f"{model_dir}/.")  # another name for a model: the first one leaves memory
+    assert list(explore._EXPLORERS) == [f"{model_dir}/."]

@@ -30,15 +30,17 @@ import io
 import json
 import logging
 import math
-import re
 import sys
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .cli import UsageError, check_model_dir, looks_like_local_path
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -49,15 +51,6 @@ INSTALL_HINT = 'the attention explorer needs gradio: pip install "hf-vaswani[exp
 DEFAULT_SENTENCE = "A little girl climbs into a wooden playhouse ."
 ATTENTION_KINDS = ("encoder-decoder attention", "encoder self-attention", "decoder masked self-attention")
 MAX_BEAMS = 8
-# A Hub repository id: "name" or "owner/name" of letters, digits and -_. (no path separators beyond the one slash).
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?$")
-_WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 class ExplorerError(ValueError):
@@ -74,26 +67,19 @@ def model_problem(source: str) -> str | None:
     if not source:
         return "no model given: type a model folder (e.g. outputs/toy) or a Hub repository id"
     path = Path(source).expanduser()
-    if not path.exists():
-        if _REPO_ID.match(source) and not source.startswith("."):
-            return None  # maybe a Hub repository id
-        return f"{source}: no such folder (give a folder written by vaswani-train / save_pretrained, or a Hub id)"
-    if not path.is_dir():
-        return f"{source} is a file, not a model folder (give the folder that holds config.json)"
+    if not path.exists() and not looks_like_local_path(source):
+        return None  # maybe a Hub repository id
     config_file = path / "config.json"
-    if not config_file.is_file():
-        return f"{source} is not a model folder: it has no config.json (train one with `vaswani-train toy`)"
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return f"{config_file} is not valid JSON ({error}): not a model folder"
-    if not isinstance(config, dict) or not config.get("is_encoder_decoder", config.get("model_type") == "vaswani"):
-        kind = config.get("model_type", "unknown") if isinstance(config, dict) else "unknown"
-        return f"{config_file}: model_type {kind!r} is not an encoder-decoder (translation) model"
-    if not any((path / name).is_file() for name in _WEIGHT_FILES):
-        return f"{source} has a config.json but no weights (model.safetensors): the folder is incomplete"
-    if not any((path / name).is_file() for name in _TOKENIZER_FILES):
-        return f"{source} has no tokenizer (tokenizer.json): save the tokenizer into the model folder"
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else None
+    except (OSError, ValueError):
+        config = None  # check_model_dir names the problem
+    if isinstance(config, dict) and not config.get("is_encoder_decoder", config.get("model_type") == "vaswani"):
+        return f"{config_file}: model_type {config.get('model_type', 'unknown')!r} is not an encoder-decoder model"
+    try:
+        check_model_dir(source, "model", hub_allowed=False, needs_tokenizer=True)
+    except UsageError as error:
+        return str(error)
     return None
 
 
@@ -126,7 +112,10 @@ class Explorer:
         )
 
 
-_EXPLORERS: dict[str, Explorer] = {}
+# The models loaded in this process, most recently used last; a page open to anyone (a Space) can name any number
+# of folders or Hub ids, so only the last few stay in memory.
+_EXPLORERS: OrderedDict[str, Explorer] = OrderedDict()
+_MAX_LOADED_MODELS = 2
 _LOAD_LOCK = threading.Lock()
 
 
@@ -138,6 +127,7 @@ def load_explorer(source: str) -> Explorer:
         raise ExplorerError(problem)
     with _LOAD_LOCK:
         if source in _EXPLORERS:
+            _EXPLORERS.move_to_end(source)
             return _EXPLORERS[source]
         import transformers
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -157,6 +147,8 @@ def load_explorer(source: str) -> Explorer:
         max_source_tokens = min(int(limit) for limit in limits if limit and limit < 1_000_000)
         explorer = Explorer(source, model, tokenizer, max_source_tokens)
         _EXPLORERS[source] = explorer
+        while len(_EXPLORERS) > _MAX_LOADED_MODELS:
+            _EXPLORERS.popitem(last=False)
         logger.info("Loaded %s", source)
         return explorer
 
