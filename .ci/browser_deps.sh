@@ -6,9 +6,9 @@ set -euo pipefail
 
 if [ ! -x /usr/bin/chromium ]; then
     sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi  # -n: no password prompt in CI
     $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null
 fi
 python -m pip install --quiet "playwright>=1.40" "gradio>=6,<7"
 /usr/bin/chromium --version 2>/dev/null  # (Debian's wrapper script prints a harmless shell warning on some machines)

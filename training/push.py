@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import ArgumentParser, UsageError, check_safetensors
+from .cli import WEIGHT_FILES, ArgumentParser, UsageError, check_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +41,6 @@ EXCLUDED_FILES = (
     "rng_state*.pth",
     "*.lock",
     ".*",
-)
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
 )
 
 
