@@ -5,6 +5,11 @@ sentence to sentence, so a hypothesis scored against the wrong reference, or a b
 changes what the tests compare.
 """
 
+import json
+import os
+import subprocess
+import sys
+
 import datasets
 import pytest
 import torch
@@ -17,6 +22,7 @@ from hf_vaswani_training.decoding import translate, translate_ids
 from hf_vaswani_training.metrics import compute_translation_scores, load_translation_metric
 from hf_vaswani_training.train import main as train_main
 from hf_vaswani_training.trainer import VaswaniTrainer
+from tests.conftest import REPO_ROOT
 from tests.test_train import TINY
 
 EVAL_MAX_TOKENS = 60
@@ -132,3 +138,37 @@ def test_shards_partition_the_batches(model_and_tokenizer, split):
         filled = [shard[index] for shard in shards if shard[index] is not None]
         assert filled == [expected]
     assert all(any(entry is not None for entry in shard) for shard in shards)
+
+
+def test_two_processes_report_the_scores_of_the_evaluated_weights(tmp_path):
+    """Under `accelerate launch --num_processes 2` each rank decodes every other batch and the hypotheses are
+    gathered: the logged eval_bleu/eval_chrf are those of translate() with the weights evaluated (checkpoint-3,
+    saved right after the step-3 evaluation) on the whole validation split."""
+    output_dir = tmp_path / "two"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "-m", "hf_vaswani_training.train"]  # fmt: skip
+    run = [*TINY, "--output_dir", str(output_dir), "--max_steps", "3", "--average_last_n", "0",
+           "--toy_num_test", "2", "--eval_strategy", "steps", "--eval_steps", "3",
+           "--eval_max_tokens", str(EVAL_MAX_TOKENS), "--final_eval_splits", "none"]  # fmt: skip
+    completed = subprocess.run(
+        [*launch, *run], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    state = json.loads((output_dir / "checkpoint-3" / "trainer_state.json").read_text())
+    logged = next(entry for entry in state["log_history"] if "eval_bleu" in entry)
+    assert "eval_loss" in logged
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir / "checkpoint-3").eval()
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    pairs = load_parallel_data(toy_num_train=400, toy_num_validation=20, toy_num_test=20, seed=7)["validation"]
+    sources = [pair["en"] for pair in pairs["translation"]]
+    labels = tokenizer(text_target=[pair["tt"] for pair in pairs["translation"]])["input_ids"]
+    references = tokenizer.batch_decode(labels, skip_special_tokens=True)
+    hypotheses = translate(model, tokenizer, sources, max_tokens=EVAL_MAX_TOKENS)
+    assert len(set(hypotheses)) > 1  # not one output for every sentence, which any order would score the same
+    direct = compute_translation_scores(hypotheses, references)
+    assert logged["eval_chrf"] == pytest.approx(direct["chrf"], abs=1e-6)
+    assert logged["eval_bleu"] == pytest.approx(direct["bleu"], abs=1e-6)
