@@ -441,6 +441,17 @@ def _average(argv: list[str]) -> int:
     return 0
 
 
+def _prepare_wmt(argv: list[str]) -> int:
+    from . import prepare_wmt
+
+    return prepare_wmt.main(argv)
+
+
+def prepare_wmt(argv: Sequence[str] | None = None) -> int:
+    """`vaswani-prepare-wmt ...`: WMT 2014 files (text pairs, .sgm or a datasets name) into the training layout."""
+    return run_command("vaswani-prepare-wmt", _prepare_wmt, argv)
+
+
 def train(argv: Sequence[str] | None = None) -> int:
     """`vaswani-train [RECIPE] [--option value ...]`: RECIPE is a file or a shipped recipe's name (toy, multi30k)."""
     return run_command("vaswani-train", _train, argv)

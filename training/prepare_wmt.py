@@ -24,7 +24,6 @@ looks complete. The script prints the pair counts and the training command to ru
 
 from __future__ import annotations
 
-import argparse
 import html
 import logging
 import os
@@ -35,6 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .cli import ArgumentParser
 from .data import ParallelDataError, _iter_lines, _pair_half, _read_text_pair
 
 logger = logging.getLogger(__name__)
@@ -143,9 +143,7 @@ def prepare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m hf_vaswani_training.prepare_wmt", description=__doc__.split("\n\n")[0].replace("\n", " ")
-    )
+    parser = ArgumentParser(prog="vaswani-prepare-wmt", description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--source_lang", required=True, help="e.g. en")
     parser.add_argument("--target_lang", required=True, help="e.g. de")
     parser.add_argument("--out", required=True, help="The folder to write (training's --data_dir).")
@@ -177,4 +175,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import prepare_wmt
+
+    sys.exit(prepare_wmt())
