@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,16 @@ def pytest_configure(config):
     # tens of times slower; subprocesses that tests start inherit OMP_NUM_THREADS.
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # The data path caches Arrow files under HF_DATASETS_CACHE; tests (and the subprocesses they start) write theirs
+    # into a folder of their own, removed at the end, not into the user's cache.
+    config._hf_vaswani_datasets_cache = tempfile.mkdtemp(prefix="hf_vaswani_tests_datasets_")
+    os.environ["HF_DATASETS_CACHE"] = config._hf_vaswani_datasets_cache
+
+
+def pytest_unconfigure(config):
+    cache = getattr(config, "_hf_vaswani_datasets_cache", None)
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def tiny_config(**overrides):
