@@ -109,6 +109,12 @@ def test_evaluation_decodes_like_translate_in_token_budgeted_sorted_batches(
     loss_only = make_trainer(model, tokenizer, dataset, tmp_path, predict_with_generate=False).evaluate()
     assert "eval_bleu" not in loss_only
     assert metrics["eval_loss"] == pytest.approx(loss_only["eval_loss"], rel=1e-5)
+    # ... and it is the plain cross-entropy (label smoothing is for training): the mean of the three batches' losses.
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    rows = [{"input_ids": ids, "labels": labels} for ids, labels in zip(dataset["input_ids"], dataset["labels"])]
+    with torch.no_grad():
+        batch_losses = [float(model(**collator(rows[start : start + 8])).loss) for start in range(0, len(rows), 8)]
+    assert metrics["eval_loss"] == pytest.approx(sum(batch_losses) / len(batch_losses), rel=1e-4)
 
 
 def test_hypotheses_stay_in_input_order(model_and_tokenizer, split):

@@ -151,7 +151,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if "labels" in inputs:
-            if self.args.label_smoothing_factor:
+            # Smoothed in training only: eval_loss stays the plain cross-entropy, as Seq2SeqTrainer's own
+            # predict_with_generate step computes it (a log-perplexity comparable across smoothing settings).
+            if self.args.label_smoothing_factor and model.training:
                 inputs = {**inputs, "label_smoothing": self.args.label_smoothing_factor}
             if not return_outputs:  # a training step needs only the loss: no logits for padding positions
                 inputs = {**inputs, "loss_only": True}
