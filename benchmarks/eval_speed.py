@@ -22,7 +22,7 @@ import datasets
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq
 
-from hf_vaswani_training.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.arguments import DataArguments, VaswaniTrainingArguments
 from hf_vaswani_training.batching import TokenBatchSampler
 from hf_vaswani_training.data import load_parallel_data
 from hf_vaswani_training.metrics import load_translation_metric
@@ -103,7 +103,9 @@ def main() -> None:
 
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    raw = load_parallel_data(args.source_lang, args.target_lang, data_dir=args.data_dir)
+    raw = load_parallel_data(
+        DataArguments(source_lang=args.source_lang, target_lang=args.target_lang, data_dir=args.data_dir)
+    ).splits
     validation = raw["validation"]
     if args.max_eval_samples:
         validation = validation.select(range(min(args.max_eval_samples, len(validation))))

@@ -20,6 +20,7 @@ import pytest
 from hf_vaswani_training import data as data_module
 from hf_vaswani_training import data_cache
 from hf_vaswani_training import tokenizer as tokenizer_module
+from hf_vaswani_training.arguments import DataArguments
 from hf_vaswani_training.data import load_parallel_data
 from hf_vaswani_training.data_cache import LongSentencesError, sequence_lengths, tokenize_to_cache
 from hf_vaswani_training.tokenizer import load_or_train_tokenizer
@@ -38,7 +39,9 @@ def _write_pair(folder, sources=SOURCES, targets=TARGETS, repeat=20):
 
 
 def _load(folder, cache):
-    return load_parallel_data("de", "en", data_dir=folder, cache_dir=cache)
+    return load_parallel_data(
+        DataArguments(source_lang="de", target_lang="en", data_dir=folder), cache_dir=cache
+    ).splits
 
 
 def _tokenizer(raw, cache=None, vocab_size=60):
@@ -140,9 +143,11 @@ def test_a_killed_build_is_never_reused(tmp_path):
         f"""
         import time
         from hf_vaswani_training import data_cache
+        from hf_vaswani_training.arguments import DataArguments
         from hf_vaswani_training.data import load_parallel_data
         from hf_vaswani_training.tokenizer import load_or_train_tokenizer
-        raw = load_parallel_data("de", "en", data_dir={str(folder)!r}, cache_dir={str(cache)!r})
+        source = DataArguments(source_lang="de", target_lang="en", data_dir={str(folder)!r})
+        raw = load_parallel_data(source, cache_dir={str(cache)!r}).splits
         tok = load_or_train_tokenizer(None, raw["train"], "de", "en", vocab_size=60)
         original = data_cache._SplitBuilder._encode
         def slow(self, texts, target):
@@ -209,7 +214,7 @@ def test_sequence_lengths_follow_select_and_filter(tmp_path):
 
 
 def test_in_memory_data_is_tokenised_without_a_cache(tmp_path):
-    raw = load_parallel_data(toy_num_train=50, toy_num_validation=5, toy_num_test=5, seed=1)
+    raw = load_parallel_data(DataArguments(toy_num_train=50, toy_num_validation=5, toy_num_test=5), seed=1).splits
     tokenizer = load_or_train_tokenizer(None, raw["train"], "en", "tt", vocab_size=80, cache_dir=tmp_path)
     tokenized = tokenize_to_cache(raw, tokenizer, "en", "tt", 1024, 1024, cache_root=tmp_path)
     assert tokenized["train"]["input_ids"] == tokenizer([p["en"] for p in raw["train"]["translation"]])["input_ids"]

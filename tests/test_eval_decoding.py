@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq
 
 import hf_vaswani
-from hf_vaswani_training.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.arguments import DataArguments, VaswaniTrainingArguments
 from hf_vaswani_training.data import load_parallel_data
 from hf_vaswani_training.decoding import translate, translate_ids
 from hf_vaswani_training.metrics import compute_translation_scores, load_translation_metric
@@ -44,7 +44,8 @@ def model_and_tokenizer(tmp_path_factory):
 def split(model_and_tokenizer):
     """24 toy validation pairs, tokenized as the training run tokenizes them (source ids and labels, EOS included)."""
     _, tokenizer = model_and_tokenizer
-    pairs = load_parallel_data(toy_num_train=10, toy_num_validation=24, toy_num_test=2, seed=3)["validation"]
+    source = DataArguments(toy_num_train=10, toy_num_validation=24, toy_num_test=2)
+    pairs = load_parallel_data(source, seed=3).splits["validation"]
     sources = [pair["en"] for pair in pairs["translation"]]
     references = [pair["tt"] for pair in pairs["translation"]]
     encoded = tokenizer(sources, text_target=references)
@@ -169,7 +170,8 @@ def test_two_processes_report_the_scores_of_the_evaluated_weights(tmp_path):
 
     model = AutoModelForSeq2SeqLM.from_pretrained(output_dir / "checkpoint-3").eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
-    pairs = load_parallel_data(toy_num_train=400, toy_num_validation=20, toy_num_test=20, seed=7)["validation"]
+    source = DataArguments(toy_num_train=400, toy_num_validation=20, toy_num_test=20)
+    pairs = load_parallel_data(source, seed=7).splits["validation"]
     sources = [pair["en"] for pair in pairs["translation"]]
     labels = tokenizer(text_target=[pair["tt"] for pair in pairs["translation"]])["input_ids"]
     references = tokenizer.batch_decode(labels, skip_special_tokens=True)

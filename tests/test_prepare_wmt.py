@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_vaswani_training.arguments import DataArguments
 from hf_vaswani_training.data import ParallelDataError, load_parallel_data
 from hf_vaswani_training.prepare_wmt import main as prepare_main
 from hf_vaswani_training.prepare_wmt import prepare
@@ -46,7 +47,9 @@ def test_corpora_are_concatenated_and_sgml_test_sets_extracted(tmp_path):
          "--test", f"{tmp_path / 'wmt' / 'newstest2014-deen-src.en.sgm'},{tmp_path / 'wmt' / 'newstest2014-deen-ref.de.sgm'}"]
     )  # fmt: skip
     assert code == 0
-    raw = load_parallel_data("en", "de", data_dir=out, cache_dir=tmp_path / "cache")
+    raw = load_parallel_data(
+        DataArguments(source_lang="en", target_lang="de", data_dir=out), cache_dir=tmp_path / "cache"
+    ).splits
     assert [p["de"] for p in raw["train"]["translation"]] == ["ein Haus", "die Katze", "guten Tag"]
     assert [p["en"] for p in raw["validation"]["translation"]] == ["one", "two"]
     assert raw["test"][0]["translation"] == {"en": "Fish & chips", "de": "Fisch & Pommes"}

@@ -233,12 +233,13 @@ def _batch_count(max_tokens: int) -> int:
     """Batches per epoch of the 2-process test's training split with one process, through the run's own code."""
     import contextlib
 
+    from hf_vaswani_training.arguments import DataArguments
     from hf_vaswani_training.data import load_parallel_data
     from hf_vaswani_training.tokenizer import load_or_train_tokenizer
     from hf_vaswani_training.train import tokenize_splits
 
     _, data_args, _ = parse_arguments(["--report_to", "none", "--output_dir", "unused"])
-    raw = load_parallel_data(toy_num_train=400, toy_num_validation=2, toy_num_test=2, seed=7)
+    raw = load_parallel_data(DataArguments(toy_num_train=400, toy_num_validation=2, toy_num_test=2), seed=7).splits
     tokenizer = load_or_train_tokenizer(None, raw["train"], "en", "tt", vocab_size=300, model_max_length=256)
     train = tokenize_splits(raw, tokenizer, data_args, "en", "tt", lambda desc: contextlib.nullcontext())["train"]
     lengths = ([len(ids) for ids in train["input_ids"]], [len(ids) for ids in train["labels"]])

@@ -4,9 +4,11 @@ crash never leaves a half-written one under its final name.
 Used by the trainer (saving and resuming) and by checkpoint averaging (picking the last checkpoints of a run).
 
 - Name: `checkpoint-STEP`, the stock Trainer's (`PREFIX_CHECKPOINT_DIR`), ordered by the number STEP.
-- Complete: `trainer_state.json` is present and parses, and every `*.safetensors` header reads
-  (`checkpoint_problem`). The Trainer writes `trainer_state.json` last, so its presence means the weights,
-  optimizer, scheduler and RNG states before it were written too; reading the headers catches truncated weights.
+- Complete: `trainer_state.json` is present and parses, and every `*.safetensors` file is whole:
+  its header reads and its tensors end at the end of the file (`checkpoint_problem`, the same header check as
+  the CLIs' `cli.check_safetensors`). The Trainer writes `trainer_state.json` last, so its presence means the
+  weights, optimizer, scheduler and RNG states before it were written too; the header check catches truncated
+  weights.
 - Written safely: into a hidden staging folder, flushed to disk, then renamed (`publish`). The staging name
   does not match `checkpoint-STEP`, so neither resuming, rotation nor averaging ever sees it, and it is hidden,
   so training/push.py leaves it out of an upload.
@@ -21,9 +23,10 @@ import re
 import shutil
 from pathlib import Path
 
-from safetensors import SafetensorError, safe_open
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .cli import safetensors_problem
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +68,9 @@ def checkpoint_problem(checkpoint_dir: str | os.PathLike) -> str | None:
     except (ValueError, UnicodeDecodeError) as error:
         return f"{state_file} is not valid JSON ({error})"
     for weights_file in sorted(checkpoint_dir.glob("*.safetensors")):
-        try:
-            with safe_open(str(weights_file), framework="pt") as weights:
-                weights.keys()
-        except (SafetensorError, OSError) as error:
-            return f"{weights_file} is truncated or corrupted ({error})"
+        problem = safetensors_problem(weights_file)
+        if problem is not None:
+            return problem
     return None
 
 

@@ -82,26 +82,23 @@ def unknown_options_message(unknown: Sequence[str], known: Iterable[str], where:
     return f"{where}unknown option {option}{more}{hint}"
 
 
-def positive_int(value: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer (1 or more)")
-    return number
+def _int_at_least(minimum: int, requirement: str) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum`; `requirement` ends the error message."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"{value} {requirement}")
+        return number
+
+    return parse
 
 
-def non_negative_int(value: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return number
+positive_int = _int_at_least(1, "must be a positive integer (1 or more)")
+non_negative_int = _int_at_least(0, "must be 0 or more")
 
 
 # ---- checks that need no torch ----------------------------------------------------------------------------------------
@@ -118,33 +115,44 @@ def looks_like_local_path(value: str) -> bool:
     return "/" in value and Path(value.split("/", 1)[0]).is_dir()
 
 
-def check_safetensors(path: Path) -> None:
-    """Raise a UsageError when `path` is not a whole safetensors file. Reads the header only (a few KB): an 8-byte
+def safetensors_problem(path: Path) -> str | None:
+    """Why `path` is not a whole safetensors file, or None when it is. Reads the header only (a few KB): an 8-byte
     length, a JSON table of tensors, and their data, which must end exactly at the end of the file."""
 
-    def corrupted(reason: str) -> UsageError:
-        return UsageError(f"{path} is truncated or corrupted ({reason}); copy or save the model again")
+    def corrupted(reason: str) -> str:
+        return f"{path} is truncated or corrupted ({reason})"
 
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
-                raise corrupted(f"{size} bytes, too short for a safetensors header")
+                return corrupted(f"{size} bytes, too short for a safetensors header")
             header_size = int.from_bytes(prefix, "little")
             if header_size > min(size - 8, _MAX_SAFETENSORS_HEADER):
-                raise corrupted(f"its header length, {header_size} bytes, exceeds the file")
+                return corrupted(f"its header length, {header_size} bytes, exceeds the file")
             header = json.loads(handle.read(header_size))
     except OSError as error:
-        raise UsageError(f"{path}: cannot be read ({error.strerror})") from None
+        return f"{path}: cannot be read ({error.strerror})"
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise corrupted("the safetensors header is not valid JSON") from None
+        return corrupted("the safetensors header is not valid JSON")
     try:
         end = max((info["data_offsets"][1] for key, info in header.items() if key != "__metadata__"), default=0)
     except (AttributeError, KeyError, TypeError, IndexError):
-        raise corrupted("the safetensors header does not describe tensors") from None
+        return corrupted("the safetensors header does not describe tensors")
     if 8 + header_size + end != size:
-        raise corrupted(f"the tensors need {8 + header_size + end} bytes but the file has {size}")
+        return corrupted(f"the tensors need {8 + header_size + end} bytes but the file has {size}")
+    return None
+
+
+def check_safetensors(path: Path) -> None:
+    """Raise a UsageError when `path` is not a whole safetensors file (see `safetensors_problem`)."""
+    problem = safetensors_problem(path)
+    if problem is None:
+        return
+    if "truncated or corrupted" in problem:
+        problem += "; copy or save the model again"
+    raise UsageError(problem)
 
 
 def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_tokenizer: bool = False) -> None:

@@ -48,13 +48,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import datasets
 import pyarrow as pa
 from datasets import Dataset, DatasetDict, Features, Translation
 
 from .cli import UsageError
+from .textfiles import decode_lines
+
+if TYPE_CHECKING:
+    from .arguments import DataArguments
 
 logger = logging.getLogger(__name__)
 
@@ -95,69 +99,16 @@ class SplitStats:
 # ----------------------------------------------------------------------------------------------------------
 
 
-@overload
-def load_parallel_data(
-    source_lang: str | None = ...,
-    target_lang: str | None = ...,
-    *,
-    dataset_name: str | None = ...,
-    dataset_config_name: str | None = ...,
-    source_column: str | None = ...,
-    target_column: str | None = ...,
-    data_dir: PathLike | None = ...,
-    train_file: PathLike | None = ...,
-    validation_file: PathLike | None = ...,
-    test_file: PathLike | None = ...,
-    cache_dir: PathLike | None = ...,
-    toy_num_train: int | None = ...,
-    toy_num_validation: int | None = ...,
-    toy_num_test: int | None = ...,
-    seed: int = ...,
-    return_stats: Literal[False] = ...,
-) -> DatasetDict: ...
+class ParallelData(NamedTuple):
+    """What `load_parallel_data` read: the splits, and per split where from and how many pairs (`SplitStats`)."""
 
-
-@overload
-def load_parallel_data(
-    source_lang: str | None = ...,
-    target_lang: str | None = ...,
-    *,
-    dataset_name: str | None = ...,
-    dataset_config_name: str | None = ...,
-    source_column: str | None = ...,
-    target_column: str | None = ...,
-    data_dir: PathLike | None = ...,
-    train_file: PathLike | None = ...,
-    validation_file: PathLike | None = ...,
-    test_file: PathLike | None = ...,
-    cache_dir: PathLike | None = ...,
-    toy_num_train: int | None = ...,
-    toy_num_validation: int | None = ...,
-    toy_num_test: int | None = ...,
-    seed: int = ...,
-    return_stats: Literal[True],
-) -> tuple[DatasetDict, dict[str, SplitStats]]: ...
+    splits: DatasetDict
+    stats: dict[str, SplitStats]
 
 
 def load_parallel_data(
-    source_lang: str | None = None,
-    target_lang: str | None = None,
-    *,
-    dataset_name: str | None = None,
-    dataset_config_name: str | None = None,
-    source_column: str | None = None,
-    target_column: str | None = None,
-    data_dir: PathLike | None = None,
-    train_file: PathLike | None = None,
-    validation_file: PathLike | None = None,
-    test_file: PathLike | None = None,
-    cache_dir: PathLike | None = None,
-    toy_num_train: int | None = None,
-    toy_num_validation: int | None = None,
-    toy_num_test: int | None = None,
-    seed: int = 0,
-    return_stats: bool = False,
-) -> DatasetDict | tuple[DatasetDict, dict[str, SplitStats]]:
+    data_args: DataArguments | None = None, *, seed: int = 0, cache_dir: PathLike | None = None
+) -> ParallelData:
     """Load a parallel corpus as a DatasetDict with splits among train/validation/test.
 
     Every split has exactly one column, `"translation"`, of `{source_lang: str, target_lang: str}` dicts
@@ -165,19 +116,20 @@ def load_parallel_data(
     and formats.
 
     Args:
-        source_lang, target_lang: language codes (`"de"`, `"en"`): keys of the translation dicts and
-            suffixes of plain-text files. Required except for the toy corpus, whose own codes are the default.
-        dataset_name, dataset_config_name: a Hub dataset (`"wmt14"`, `"de-en"`) or a local folder in the
-            Hub layout, loaded with `datasets.load_dataset`.
-        source_column, target_column: for a Hub dataset with two text columns not named by the languages.
-        data_dir: a folder with `train.*`, `val.*`/`valid.*`/`validation.*`/`dev.*` and `test*` files.
-        train_file, validation_file, test_file: a `.jsonl`/`.json`/`.tsv` file (optionally `.gz`) or the
-            prefix of a plain-text pair; relative to `data_dir` when that is given.
+        data_args: what to read (the `DataArguments` of vaswani-train; `None` reads the toy corpus at the sizes of
+            `DataArguments()`). The fields used:
+            source_lang, target_lang: language codes (`"de"`, `"en"`): keys of the translation dicts and
+                suffixes of plain-text files. Required except for the toy corpus, whose own codes are the default.
+            dataset_name, dataset_config_name: a Hub dataset (`"wmt14"`, `"de-en"`) or a local folder in the
+                Hub layout, loaded with `datasets.load_dataset`.
+            source_column, target_column: for a Hub dataset with two text columns not named by the languages.
+            data_dir: a folder with `train.*`, `val.*`/`valid.*`/`validation.*`/`dev.*` and `test*` files.
+            train_file, validation_file, test_file: a `.jsonl`/`.json`/`.tsv` file (optionally `.gz`) or the
+                prefix of a plain-text pair; relative to `data_dir` when that is given.
+            toy_num_train, toy_num_validation, toy_num_test: sizes of the toy corpus.
+        seed: the toy corpus's seed.
         cache_dir: the `datasets` cache for the Hub path; for local files, where their Arrow copies are cached
             (default `$HF_DATASETS_CACHE/hf_vaswani`).
-        toy_num_train, toy_num_validation, toy_num_test, seed: sizes and seed of the toy corpus (`None`
-            keeps the toy corpus's defaults).
-        return_stats: also return `{split: SplitStats}`.
 
     Raises:
         DataFileNotFoundError (a FileNotFoundError and a ParallelDataError): a named file, pair half or folder
@@ -186,7 +138,14 @@ def load_parallel_data(
             malformed data; the message names the file, the 1-based line and what is wrong (misaligned pair files
             name both files and both line counts).
     """
-    split_files = {"train": train_file, "validation": validation_file, "test": test_file}
+    if data_args is None:
+        from .arguments import DataArguments  # imported here: it imports torch and transformers
+
+        data_args = DataArguments()
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    dataset_name, dataset_config_name = data_args.dataset_name, data_args.dataset_config_name
+    source_column, target_column, data_dir = data_args.source_column, data_args.target_column, data_args.data_dir
+    split_files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
     uses_files = data_dir is not None or any(f is not None for f in split_files.values())
     if dataset_name is not None and uses_files:
         raise ParallelDataError(
@@ -208,7 +167,12 @@ def load_parallel_data(
         dataset_dict, stats = _load_local_files(data_dir, split_files, src, tgt, cache_dir)
     else:
         dataset_dict, stats = _load_toy_corpus(
-            source_lang, target_lang, toy_num_train, toy_num_validation, toy_num_test, seed
+            source_lang,
+            target_lang,
+            data_args.toy_num_train,
+            data_args.toy_num_validation,
+            data_args.toy_num_test,
+            seed,
         )
 
     for split_stats in stats.values():
@@ -218,9 +182,7 @@ def load_parallel_data(
             split_stats.num_pairs,
             ", ".join(split_stats.sources),
         )
-    if return_stats:
-        return dataset_dict, stats
-    return dataset_dict
+    return ParallelData(dataset_dict, stats)
 
 
 def _require_langs(source_lang: str | None, target_lang: str | None, what: str) -> tuple[str, str]:
@@ -546,16 +508,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, text without the line terminator), decoding strict UTF-8 line by line."""
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ParallelDataError(
-                    f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
-                ) from err
-            if lineno == 1 and text.startswith("\ufeff"):
-                text = text[1:]  # a UTF-8 byte order mark is not part of the first sentence
-            yield lineno, text.rstrip("\r\n")
+        yield from decode_lines(handle, str(path), ParallelDataError)
 
 
 def _read_text_pair(source_path: Path, target_path: Path) -> Iterator[tuple[str, str]]:

@@ -328,23 +328,7 @@ def prepare_training_data(
     output_dir = Path(training_args.output_dir)
     is_main = training_args.process_index == 0
     with tokenizers_parallelism():
-        raw, stats = load_parallel_data(
-            data_args.source_lang,
-            data_args.target_lang,
-            dataset_name=data_args.dataset_name,
-            dataset_config_name=data_args.dataset_config_name,
-            source_column=data_args.source_column,
-            target_column=data_args.target_column,
-            data_dir=data_args.data_dir,
-            train_file=data_args.train_file,
-            validation_file=data_args.validation_file,
-            test_file=data_args.test_file,
-            toy_num_train=data_args.toy_num_train,
-            toy_num_validation=data_args.toy_num_validation,
-            toy_num_test=data_args.toy_num_test,
-            seed=training_args.seed,
-            return_stats=True,
-        )
+        raw, stats = load_parallel_data(data_args, seed=training_args.seed)
         source_lang, target_lang = raw["train"].features["translation"].languages
         if data_args.source_lang:
             source_lang, target_lang = data_args.source_lang, data_args.target_lang

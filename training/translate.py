@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import logging
 import re
 import sys
 from pathlib import Path
 
+from . import textfiles
 from .cli import (
     ArgumentParser,
     UsageError,
@@ -171,24 +173,9 @@ def check_files(args: argparse.Namespace) -> None:
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:
-    """The lines of `data`, stripped of surrounding whitespace. Bytes that are not UTF-8 raise a ValueError naming
-    `name` and the line, instead of a UnicodeDecodeError with a byte offset into the whole file."""
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line does not start another
-    sentences = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise UsageError(
-                f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line: "
-                f"{line[error.start : error.start + 4]!r}); the input must be UTF-8 text"
-            ) from None
-        if number == 1:
-            text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the sentence
-        sentences.append(text.strip())
-    return sentences
+    """The lines of `data`, stripped of surrounding whitespace; bytes that are not UTF-8 raise a UsageError naming
+    `name` and the line (see textfiles.decode_lines)."""
+    return [text.strip() for _, text in textfiles.decode_lines(io.BytesIO(data), name)]
 
 
 def read_sentences(args: argparse.Namespace) -> tuple[list[str], bool]:

@@ -17,7 +17,7 @@ import torch
 from transformers import DataCollatorForSeq2Seq, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, preset_config, sinusoidal_position_encoding
-from hf_vaswani_training.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.arguments import DataArguments, VaswaniTrainingArguments
 from hf_vaswani_training.batching import TokenBatchSampler
 from hf_vaswani_training.data import load_parallel_data
 from hf_vaswani_training.tokenizer import train_joint_bpe
@@ -34,7 +34,7 @@ LABEL_SMOOTHING = 0.1  # the paper's epsilon_ls (§5.4): the objective both mode
 
 def load_corpus(args):
     """Multi30K de->en, an 8k joint BPE (trained once, cached) and the tokenized training pairs (cached)."""
-    raw = load_parallel_data(source_lang="de", target_lang="en", data_dir=args.data_dir)
+    raw = load_parallel_data(DataArguments(source_lang="de", target_lang="en", data_dir=args.data_dir)).splits
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_dir = args.cache_dir / f"tokenizer-bpe{args.vocab_size}"
     if (tokenizer_dir / "tokenizer.json").is_file():
