@@ -13,11 +13,11 @@ import warnings
 
 import pytest
 import torch
-from transformers import DataCollatorForSeq2Seq, GenerationConfig, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import DataCollatorForSeq2Seq, GenerationConfig, Seq2SeqTrainer
 
 from hf_vaswani_training.tokenizer import train_joint_bpe
 from tests.conftest import tiny_model
-from tests.test_hf_integration import PAD, _copy_examples, _dataset, _tokenizer
+from tests.test_hf_integration import PAD, _copy_examples, _dataset, _tokenizer, _training_args
 
 PROMPT = "Do you wish to run the custom code"
 TYPE_WARNING = "to instantiate a model of type"
@@ -131,15 +131,8 @@ def test_stock_seq2seq_trainer_keeps_the_generation_config_clean(tmp_path):
     model.save_pretrained(tmp_path / "before")
     before = _generation_file(tmp_path / "before")
     examples = _copy_examples(6, seed=7)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path / "trainer"),
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-        per_device_eval_batch_size=2,
-        predict_with_generate=True,  # and no generation_max_length: the model's own decoding
-    )
+    # and no generation_max_length: the model's own decoding
+    args = _training_args(tmp_path, per_device_eval_batch_size=2, predict_with_generate=True)
     trainer = Seq2SeqTrainer(
         model=model, args=args, eval_dataset=_dataset(examples), data_collator=collator, processing_class=tokenizer
     )
