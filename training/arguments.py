@@ -165,6 +165,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         # multi-process CPU training (gloo) when told the run is on the CPU.
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available():
             self.use_cpu = True
+        # Pinned memory only serves copies to an accelerator; on the CPU torch warns at every evaluation loader.
+        if self.use_cpu or not torch.accelerator.is_available():
+            self.dataloader_pin_memory = False
         if self.report_to == "auto":
             try:
                 import tensorboard  # noqa: F401
