@@ -632,6 +632,16 @@ class VaswaniGenerationMixin(GenerationMixin):
                 early_stopping=early_stopping,
                 length_penalty=length_penalty,
             )
+            if early_stopping == "never":
+                is_searching &= self._returned_hypotheses_can_change(
+                    running_beam_scores,
+                    beam_scores,
+                    is_sent_finished,
+                    criteria,
+                    generation_config,
+                    cur_len,
+                    prompt_length,
+                )
             if not self._beam_search_has_unfinished_sequences(
                 is_searching, is_sent_finished, hits_stopping_criteria, early_stopping
             ):
@@ -659,6 +669,46 @@ class VaswaniGenerationMixin(GenerationMixin):
 
         set_aside(torch.ones_like(sources, dtype=torch.bool))
         return results.flatten(0, 1)[:, : prompt_length + int(result_lengths.max())]
+
+    def _returned_hypotheses_can_change(
+        self,
+        running_beam_scores,
+        beam_scores,
+        is_sent_finished,
+        stopping_criteria,
+        generation_config,
+        cur_len: int,
+        prompt_length: int,
+    ) -> torch.Tensor:
+        """(sources, 1): False where no running beam can still change what the search returns. Not in Marian.
+
+        With `early_stopping="never"` the stock test ends a source once its best running beam, scored at the most
+        favourable length, cannot beat the WORST of its `num_beams` finished hypotheses. That bound is exact (a
+        beam's log-probability only falls as it grows), but only the best `num_return_sequences` hypotheses are
+        returned: once the bound cannot beat the last of those, later hypotheses can only land behind them, so the
+        returned sequences are already the stock loop's. The most favourable length is also the source's own: its
+        per-row limit (`max_length_offset`, §6.1) where there is one, not the batch's longest. On Multi30K this
+        ends the paper's beam search much sooner (benchmarks/README.md), with the same output.
+        """
+        length_penalty = generation_config.length_penalty
+        num_returned = generation_config.num_return_sequences
+        if length_penalty > 0.0:
+            # Longer is better under a positive penalty: the longest length this source's hypotheses can reach.
+            longest = torch.full_like(running_beam_scores[:, 0], generation_config.max_length)
+            for criterion in stopping_criteria:
+                if isinstance(criterion, _SourceLengthStoppingCriteria):
+                    limits = criterion.max_new_tokens_per_row.to(longest) + criterion.prompt_length
+                    longest = torch.minimum(longest, limits)
+            best_length = longest - prompt_length
+        else:
+            best_length = torch.full_like(running_beam_scores[:, 0], cur_len - prompt_length)
+        if self._gnmt_length_penalty:
+            bound = running_beam_scores[:, 0] / gnmt_length_penalty(best_length, length_penalty)
+        else:
+            bound = running_beam_scores[:, 0] / best_length**length_penalty
+        # Finished hypotheses are kept sorted, best first (GenerationMixin._update_finished_beams).
+        last_returned = beam_scores[:, num_returned - 1]
+        return ~(is_sent_finished[:, num_returned - 1] & (bound <= last_returned))[:, None]
 
     def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
         if self._gnmt_length_penalty:

@@ -396,6 +396,8 @@ def test_stock_loop_runs_where_rows_cannot_be_dropped(trained):
     "settings",
     [
         {},  # the paper's: GNMT penalty, early_stopping="never", source length + 50
+        {"num_return_sequences": 2},  # "never" ends a source once its 2 returned hypotheses cannot change
+        {"length_penalty_type": None, "length_penalty": 1.0},  # "never" with Hugging Face's penalty
         {"early_stopping": True, "num_return_sequences": 3},
         {"early_stopping": False, "length_penalty_type": None, "length_penalty": -0.5, "repetition_penalty": 1.5},
         {"max_length_offset": 1, "suppress_tokens": [EOS]},  # only the per-row length limit ends sources
