@@ -1,32 +1,38 @@
 """A local stand-in for the Hugging Face Hub, so Hub code paths are tested without the network (STYLE.md §15).
 
 `HubStub` is a threaded HTTP server on 127.0.0.1 (a free port) that speaks just enough of the Hub API for
-`huggingface_hub` 2.x and `transformers` to create a repo, commit files (`upload_folder`, `create_commit`,
-`push_to_hub`, the Trainer's `push_to_hub`), read repo info and download files (`hf_hub_download`,
-`snapshot_download`, `from_pretrained`). Files live in memory; every commit is a full snapshot.
+`huggingface_hub` 2.x, `transformers` and `datasets` to create a model or dataset repo, commit files
+(`upload_folder`, `create_commit`, `push_to_hub`, the Trainer's `push_to_hub`), read repo info and download files
+(`hf_hub_download`, `snapshot_download`, `from_pretrained`, `datasets.load_dataset` of a parquet dataset whose
+README maps configurations to files). Files live in memory; every commit is a full snapshot. Model and dataset
+repos are separate namespaces (`HubStub.repos`, `HubStub.dataset_repos`; `files(..., repo_type="dataset")`).
 
 What it implements (checked against the installed `huggingface_hub/hf_api.py`, `_commit_api.py`,
-`file_download.py`, `utils/_http.py`):
+`file_download.py`, `utils/_http.py` and `datasets/load.py`); {kind} is `models` or `datasets`:
 
     POST /api/repos/create                          {"name", "organization", "visibility"|"private", "type"}
     POST /api/validate-yaml                         {"content", "repoType"}: the README front matter must parse
     GET  /api/whoami-v2
-    GET  /api/models/{repo}[/revision/{rev}]        repo info with `sha` and `siblings` (and `cardData`)
-    GET  /api/models/{repo}/tree/{rev}[/{path}]     `list_repo_tree` (one page, `?recursive=`)
-    POST /api/models/{repo}/paths-info/{rev}        `get_paths_info`
-    GET  /api/models/{repo}/refs                    `list_repo_refs`
-    POST /api/models/{repo}/branch/{branch}         `create_branch` (409 when it exists)
-    POST /api/models/{repo}/preupload/{rev}         every file `uploadMode: "regular"`, the stored blob oid
-    POST /api/models/{repo}/commit/{rev}            the NDJSON body: header, `file` (base64), deletions;
+    GET  /api/{kind}/{repo}[/revision/{rev}]        repo info with `sha` and `siblings` (and `cardData`)
+    GET  /api/{kind}/{repo}/tree/{rev}[/{path}]     `list_repo_tree`, `HfFileSystem.ls` (one page, `?recursive=`)
+    POST /api/{kind}/{repo}/paths-info/{rev}        `get_paths_info`
+    GET  /api/{kind}/{repo}/refs                    `list_repo_refs`
+    POST /api/{kind}/{repo}/branch/{branch}         `create_branch` (409 when it exists)
+    POST /api/{kind}/{repo}/preupload/{rev}         every file `uploadMode: "regular"`, the stored blob oid
+    POST /api/{kind}/{repo}/commit/{rev}            the NDJSON body: header, `file` (base64), deletions;
                                                     `?create_pr=1` commits to a new `refs/pr/N`
-    HEAD/GET /{repo}/resolve/{rev}/{path}           `X-Repo-Commit`, `ETag` (git blob sha1), `Content-Length`;
+    HEAD/GET /{repo}/resolve/{rev}/{path}           (a model's; a dataset's under /datasets/{repo}/resolve/...)
+                                                    `X-Repo-Commit`, `ETag` (git blob sha1), `Content-Length`;
                                                     404 with `X-Error-Code: RepoNotFound | RevisionNotFound |
                                                     EntryNotFound`
 
 Anything else is answered 501 and recorded in `HubStub.unhandled` (and logged as a warning), so a client that
 starts needing a new endpoint fails with a message naming it. Writes need an `Authorization: Bearer` header;
 private repos are invisible (404 RepoNotFound) without one. There is no LFS or Xet: clients must run with
-`HF_HUB_DISABLE_XET=1` (see `hub_env`), and every file is committed inline.
+`HF_HUB_DISABLE_XET=1` (see `hub_env`), and every file is committed inline. Hence `Dataset.push_to_hub` does not
+work against it (it uploads its parquet shards from temporary files through LFS before the commit): tests upload a
+dataset's files with `upload_folder(repo_type="dataset")`. The dataset viewer (`datasets-server.{host}`, which
+`datasets` asks for exported parquet files and infos) is not served; `datasets` takes that as "no export yet".
 
 `huggingface_hub` reads `HF_ENDPOINT` when it is imported, so Hub round trips run in subprocesses whose
 environment comes from `hub_env(stub.url, hf_home)`. Use the `hub_stub` fixture (import it into a test module):
@@ -86,6 +92,7 @@ def hub_env(endpoint: str, hf_home: str | os.PathLike, token: str | None = STUB_
         HF_HUB_DISABLE_TELEMETRY="1",
         HF_HUB_DISABLE_XET="1",  # the stub speaks no Xet: uploads and downloads go through plain HTTP
         HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_DATASETS_DISABLE_PROGRESS_BARS="1",
         HF_HUB_DISABLE_UPDATE_CHECK="1",
         HF_HUB_DISABLE_IMPLICIT_TOKEN="1" if token is None else "0",
         OMP_NUM_THREADS="1",
@@ -115,6 +122,7 @@ class Commit:
 class Repo:
     repo_id: str
     private: bool
+    repo_type: str = "model"  # "model" or "dataset": separate namespaces, as on the Hub
     commits: dict[str, Commit] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)  # "main", "dev", "refs/pr/1" -> commit oid
     pull_requests: list[str] = field(default_factory=list)  # the target branch of PR number i + 1
@@ -141,7 +149,8 @@ class HubStub:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"host={host!r}: the stub only listens on the loopback interface")
-        self.repos: dict[str, Repo] = {}
+        self.repos: dict[str, Repo] = {}  # model repos
+        self.dataset_repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status) of every request
         self.unhandled: list[str] = []
         self._lock = threading.RLock()
@@ -168,20 +177,28 @@ class HubStub:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def store(self, repo_type: str = "model") -> dict[str, Repo]:
+        """The repos of one type: `repos` (models) or `dataset_repos`."""
+        if repo_type == "model":
+            return self.repos
+        if repo_type == "dataset":
+            return self.dataset_repos
+        raise HubError(400, f"hub_stub: only model and dataset repos are supported, not {repo_type!r}")
+
     # -- inspection, for tests --
-    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+    def files(self, repo_id: str, revision: str = "main", repo_type: str = "model") -> dict[str, bytes]:
         """The files of `repo_id` at `revision` (a branch, `refs/pr/N` or a commit oid)."""
         with self._lock:
-            repo = self.repos[repo_id]
+            repo = self.store(repo_type)[repo_id]
             commit = repo.resolve(revision)
             if commit is None:
                 raise KeyError(f"{repo_id} has no revision {revision!r} (refs: {sorted(repo.refs)})")
             return dict(commit.files)
 
-    def history(self, repo_id: str, revision: str = "main") -> list[Commit]:
+    def history(self, repo_id: str, revision: str = "main", repo_type: str = "model") -> list[Commit]:
         """The commits of `revision`, newest first."""
         with self._lock:
-            repo = self.repos[repo_id]
+            repo = self.store(repo_type)[repo_id]
             commit, commits = repo.resolve(revision), []
             while commit is not None:
                 commits.append(commit)
@@ -192,8 +209,8 @@ class HubStub:
         return "\n".join(f"{method} {path} -> {status}" for method, path, status in self.requests)
 
     # -- the API --
-    def _repo(self, repo_id: str, authorized: bool) -> Repo:
-        repo = self.repos.get(repo_id)
+    def _repo(self, repo_id: str, authorized: bool, repo_type: str = "model") -> Repo:
+        repo = self.store(repo_type).get(repo_id)
         if repo is None or (repo.private and not authorized):
             raise HubError(404, f"Repository {repo_id} not found", "RepoNotFound")
         return repo
@@ -222,30 +239,31 @@ class HubStub:
 
     def create_repo(self, payload: dict) -> tuple[int, dict]:
         repo_type = payload.get("type") or "model"
-        if repo_type != "model":
-            raise HubError(400, f"hub_stub: only model repos are supported, not {repo_type!r}")
+        store = self.store(repo_type)
         name = payload["name"]
         namespace = payload.get("organization") or STUB_USER
         repo_id = f"{namespace}/{name}"
-        url = f"{self.url}/{repo_id}"
+        url = self.repo_url(Repo(repo_id, False, repo_type))
         with self._lock:
-            if repo_id in self.repos:
-                return 409, {"error": "You already created this model repo", "url": url}
+            if repo_id in store:
+                return 409, {"error": f"You already created this {repo_type} repo", "url": url}
             private = payload.get("private")
             if payload.get("visibility") is not None:
                 private = payload["visibility"] != "public"
-            repo = Repo(repo_id=repo_id, private=bool(private))
+            repo = Repo(repo_id=repo_id, private=bool(private), repo_type=repo_type)
             first = self._new_commit(repo, None, {".gitattributes": GITATTRIBUTES}, "initial commit")
             repo.refs["main"] = first.oid
-            self.repos[repo_id] = repo
+            store[repo_id] = repo
         return 200, {"url": url, "name": repo_id, "id": repo_id}
+
+    def repo_url(self, repo: Repo) -> str:
+        return f"{self.url}/{repo.repo_id}" if repo.repo_type == "model" else f"{self.url}/datasets/{repo.repo_id}"
 
     def repo_info(self, repo: Repo, revision: str | None) -> dict:
         commit = self._commit(repo, revision or "main")
         info = {
             "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
             "id": repo.repo_id,
-            "modelId": repo.repo_id,
             "author": repo.repo_id.split("/")[0],
             "sha": commit.oid,
             "lastModified": commit.date,
@@ -261,15 +279,17 @@ class HubStub:
                 for path, content in sorted(commit.files.items())
             ],
         }
+        if repo.repo_type == "model":
+            info["modelId"] = repo.repo_id
         card = _front_matter(commit.files.get("README.md", b"").decode("utf-8", errors="replace"))
         if isinstance(card, dict):
             info["cardData"] = card
             info["tags"] = list(card.get("tags") or [])
             for key in ("library_name", "pipeline_tag"):
-                if card.get(key):
+                if card.get(key) and repo.repo_type == "model":
                     info[key] = card[key]
         config = commit.files.get("config.json")
-        if config is not None:
+        if config is not None and repo.repo_type == "model":
             try:
                 info["config"] = {
                     key: value
@@ -332,13 +352,13 @@ class HubStub:
                     # asks for it.
                     raise HubError(400, f"hub_stub: unsupported commit operation {key!r}")
             commit = self._new_commit(repo, base, files, header.get("summary", ""), header.get("description", ""))
-            commit_url = f"{self.url}/{repo.repo_id}/commit/{commit.oid}"
+            commit_url = f"{self.repo_url(repo)}/commit/{commit.oid}"
             result = {"success": True, "commitOid": commit.oid, "commitUrl": commit_url}
             if create_pr:
                 repo.pull_requests.append(revision)
                 number = len(repo.pull_requests)
                 repo.refs[f"refs/pr/{number}"] = commit.oid
-                result["pullRequestUrl"] = f"{self.url}/{repo.repo_id}/discussions/{number}"
+                result["pullRequestUrl"] = f"{self.repo_url(repo)}/discussions/{number}"
             else:
                 if revision not in repo.refs:
                     raise HubError(400, f"hub_stub: can only commit to a branch, not to {revision!r}")
@@ -392,8 +412,10 @@ def validate_card_metadata(content: str) -> list[str]:
 
 # ---- the HTTP layer -------------------------------------------------------------------------------------------------
 
-_API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?P<rest>/.*)?$")
-_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
+_API = re.compile(r"^/api/(?P<kind>models|datasets)/(?P<repo>[^/]+/[^/]+)(?P<rest>/.*)?$")
+# Dataset files are under /datasets/; "datasets" is a reserved name on the Hub, so no model repo is "datasets/x".
+_RESOLVE = re.compile(r"^/(?P<kind>datasets/)?(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
+_REPO_TYPES = {"models": "model", "datasets": "dataset", "datasets/": "dataset", None: "model"}
 
 
 def _make_handler(stub: HubStub):
@@ -433,10 +455,11 @@ def _make_handler(stub: HubStub):
             if "Content-Length" not in (headers or {}):
                 self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+            # Logged before the body is written: a client that has its answer has been logged.
             with stub._lock:
                 stub.requests.append((self.command, self.path, status))
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         def _send_json(self, status: int, payload, headers: dict | None = None):
             self._send(status, json.dumps(payload).encode(), headers)
@@ -499,18 +522,21 @@ def _make_handler(stub: HubStub):
 
             match = _API.match(path)
             if match:
-                return self._api(unquote(match.group("repo")), match.group("rest") or "", query)
+                repo_type = _REPO_TYPES[match.group("kind")]
+                return self._api(unquote(match.group("repo")), match.group("rest") or "", query, repo_type)
             match = _RESOLVE.match(path)
             if match and method in ("GET", "HEAD"):
-                self._resolve(unquote(match.group("repo")), unquote(match.group("revision")), unquote(match["path"]))
+                repo_type = _REPO_TYPES[match.group("kind")]
+                repo_id, revision = unquote(match.group("repo")), unquote(match.group("revision"))
+                self._resolve(repo_id, revision, unquote(match["path"]), repo_type)
                 return True
             return False
 
-        def _api(self, repo_id: str, rest: str, query: dict) -> bool:
+        def _api(self, repo_id: str, rest: str, query: dict, repo_type: str) -> bool:
             method = self.command
             parts = [unquote(part) for part in rest.split("/")[1:]] if rest else []
             with stub._lock:
-                repo = stub._repo(repo_id, self.authorized)
+                repo = stub._repo(repo_id, self.authorized, repo_type)
             if method == "GET" and not parts:
                 self._send_json(200, stub.repo_info(repo, None))
                 return True
@@ -592,9 +618,9 @@ def _make_handler(stub: HubStub):
                 return True
             return False
 
-        def _resolve(self, repo_id: str, revision: str, file_path: str):
+        def _resolve(self, repo_id: str, revision: str, file_path: str, repo_type: str):
             with stub._lock:
-                repo = stub._repo(repo_id, self.authorized)
+                repo = stub._repo(repo_id, self.authorized, repo_type)
                 commit = stub._commit(repo, revision)
                 content = commit.files.get(file_path)
             if content is None:
@@ -616,10 +642,10 @@ def _make_handler(stub: HubStub):
             for key, value in headers.items():
                 self.send_header(key, value)
             self.end_headers()
-            if self.command == "GET":
-                self.wfile.write(content)
             with stub._lock:
                 stub.requests.append((self.command, self.path, 200))
+            if self.command == "GET":
+                self.wfile.write(content)
 
         def _send_error(self, error: HubError):
             headers = {"X-Error-Message": error.message}

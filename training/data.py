@@ -214,9 +214,21 @@ def _load_hub_dataset(
     target_column: str | None,
     cache_dir: PathLike | None,
 ) -> tuple[DatasetDict, dict[str, SplitStats]]:
-    loaded = datasets.load_dataset(
-        dataset_name, dataset_config_name, cache_dir=None if cache_dir is None else str(cache_dir)
-    )
+    cache = None if cache_dir is None else str(cache_dir)
+    try:
+        loaded = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache)
+    except (FileNotFoundError, ConnectionError) as error:
+        # No such repository (or folder), no data files in it, or the Hub unreachable and nothing cached:
+        # `datasets` says which in its first line.
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ParallelDataError(f"--dataset_name {dataset_name}: {message}") from error
+    except ValueError as error:
+        # `datasets` reports a missing or unknown configuration as a bare ValueError with a multi-line usage
+        # example; say it in one line with the configurations the dataset has.
+        problem = _config_problem(dataset_name, dataset_config_name, cache_dir)
+        if problem is None:
+            raise
+        raise ParallelDataError(problem) from error
     if not isinstance(loaded, DatasetDict):
         raise ParallelDataError(f"dataset {dataset_name!r} did not load as a DatasetDict (got {type(loaded).__name__})")
     where = dataset_name if dataset_config_name is None else f"{dataset_name} ({dataset_config_name})"
@@ -249,6 +261,38 @@ def _load_hub_dataset(
     if not result:
         raise ParallelDataError(f"{where}: no train, validation or test split (found {sorted(loaded)})")
     return DatasetDict(result), stats
+
+
+def _config_problem(dataset_name: str, dataset_config_name: str | None, cache_dir: PathLike | None) -> str | None:
+    """What is wrong with `dataset_config_name` for `dataset_name`, or None when the configuration is not the
+    problem (or the configurations cannot be listed)."""
+    if datasets.config.HF_HUB_OFFLINE and not Path(dataset_name).exists():
+        # Offline, `datasets` knows only the configurations in its cache (and lists a Hub dataset's as "default").
+        root = Path(cache_dir or datasets.config.HF_DATASETS_CACHE) / dataset_name.replace("/", "___")
+        cached = sorted(path.name for path in root.iterdir() if path.is_dir()) if root.is_dir() else []
+        if dataset_config_name in cached or (dataset_config_name is None and len(cached) == 1):
+            return None
+        return (
+            f"--dataset_name {dataset_name} --dataset_config_name {dataset_config_name}: not in the local cache, "
+            f"and HF_HUB_OFFLINE is set so the Hub is not asked (cached configurations: {', '.join(cached) or 'none'});"
+            " run once where the Hub is reachable"
+        )
+    try:
+        names = list(datasets.get_dataset_config_names(dataset_name))
+    except Exception:  # noqa: BLE001  the original error is the one to report then
+        return None
+    available = ", ".join(names)
+    if dataset_config_name is None and len(names) > 1:
+        return (
+            f"--dataset_name {dataset_name}: the dataset has {len(names)} configurations ({available}); "
+            "choose one with --dataset_config_name"
+        )
+    if dataset_config_name is not None and dataset_config_name not in names:
+        return (
+            f"--dataset_config_name {dataset_config_name}: {dataset_name} has no such configuration; "
+            f"its configurations are {available}"
+        )
+    return None
 
 
 def _canonical_split(name: str) -> str | None:

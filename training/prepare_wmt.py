@@ -11,14 +11,16 @@ This command concatenates the training corpora into `train.SRC` / `train.TGT` an
 
 Each `--train/--validation/--test` value is a text-pair prefix (`PREFIX.en` + `PREFIX.de`, `.gz` accepted), or
 for the SGML test sets a pair of `.sgm` files given as `SRC.sgm,TGT.sgm`. Or from a dataset in the Hub layout
-(`datasets.load_dataset`, e.g. `wmt14` / `de-en` on a machine that reaches the Hub, or a local folder):
+(`datasets.load_dataset`, e.g. `wmt/wmt14` / `de-en` on a machine that reaches the Hub, or a local folder), read
+as training reads it (its train / validation (or dev, valid) / test splits, a `translation` column or two text
+columns named by the languages; blank pairs dropped):
 
     python -m hf_vaswani_training.prepare_wmt --source_lang en --target_lang de --out data/wmt14-en-de \
-        --dataset_name wmt14 --dataset_config_name de-en
+        --dataset_name wmt/wmt14 --dataset_config_name de-en
 
 Everything streams (the 4.5M pairs are never in memory) and is checked on the way: files of different lengths and
-invalid UTF-8 stop with the file and line, as in training. Blank pairs are copied as they are; training skips and
-counts them. The output is written to a staging folder and renamed into place, so a half-written folder never
+invalid UTF-8 stop with the file and line, as in training. Blank pairs of files are copied as they are; training
+skips and counts them. The output is written to a staging folder and renamed into place, so a half-written folder never
 looks complete. The script prints the pair counts and the training command to run next.
 """
 
@@ -34,8 +36,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cli import ArgumentParser
-from .data import ParallelDataError, _iter_lines, _pair_half, _read_text_pair
+from .cli import ArgumentParser, one_line
+from .data import ParallelDataError, _iter_lines, _load_hub_dataset, _pair_half, _read_text_pair
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +92,7 @@ def _write_split(pairs: Iterator[tuple[str, str]], folder: Path, name: str, lang
     return count
 
 
-def _dataset_pairs(name: str, config: str | None, split: str, source_lang: str, target_lang: str):
-    import datasets
-
-    dataset = datasets.load_dataset(name, config, split=split)
+def _dataset_pairs(dataset, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
     for batch in dataset.iter(batch_size=10_000):
         for pair in batch["translation"]:
             yield pair[source_lang], pair[target_lang]
@@ -122,9 +121,14 @@ def prepare(
     counts: dict[str, int] = {}
     try:
         if dataset_name is not None:
+            # The loader training uses: split names (dev, valid) and column layouts are handled, and a missing
+            # repository or configuration is a one-line error.
+            splits, _ = _load_hub_dataset(dataset_name, dataset_config_name, source_lang, target_lang, None, None, None)
+            if "train" not in splits:
+                raise ParallelDataError(f"--dataset_name {dataset_name}: no train split (found {sorted(splits)})")
             for split, name in (("train", "train"), ("validation", "valid"), ("test", "test")):
-                pairs = _dataset_pairs(dataset_name, dataset_config_name, split, source_lang, target_lang)
-                counts[name] = _write_split(pairs, staging, name, langs)
+                if split in splits:
+                    counts[name] = _write_split(_dataset_pairs(splits[split], *langs), staging, name, langs)
         else:
             from itertools import chain
 
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             args.dataset_name, args.dataset_config_name, args.overwrite,
         )  # fmt: skip
     except (ParallelDataError, FileNotFoundError) as error:
-        print(f"prepare_wmt: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {one_line(error)}", file=sys.stderr)
         return 2
     for name, count in counts.items():
         print(f"{name}: {count:,} pairs -> {Path(args.out) / name}.{{{args.source_lang},{args.target_lang}}}")
