@@ -9,10 +9,14 @@ in a child process:
 
 that is, everything `training.train` does before the first training step (see `prepare_training_data`). The
 child runs twice on the same data and a fresh output folder each time: the first run builds the caches, the
-second is what a restarted or repeated run costs. Peak RSS is the child's (`ru_maxrss`, the largest process
-of the child's tree, as the child reports it, including the pages of memory-mapped Arrow files it read, which the
-kernel can drop at any time; "anon" is the peak of memory not backed by a file, sampled); CPU time is user + system of the child and its descendants.
-Other work on the machine slows wall time more than CPU time: compare runs by CPU time when it is shared.
+second is what a restarted or repeated run costs. Peak RSS is `ru_maxrss` of the largest single process of the
+child's tree (the child or one of its tokenising workers), including the pages of memory-mapped Arrow files it
+read, which the kernel can drop at any time; "anon" (memory not backed by a file) and "tree PSS" (all of it) are
+peaks of the whole tree's proportional set size, sampled every 0.5 s, so the workers' own memory is counted once
+each and the pages they share with the parent once in all. CPU time is user + system of the child and its
+descendants. A line per run splits the data path into its phases (reading the text to Arrow, BPE training,
+tokenising, the rest), wall and CPU seconds each. Other work on the machine slows wall time more than CPU time:
+compare runs by CPU time when it is shared.
 
     python benchmarks/data_scale.py --sizes 45000,450000          # about 4 minutes on 2 cores
     python benchmarks/data_scale.py --sizes 4500000 --runs 2      # the en-de size
@@ -124,33 +128,93 @@ def write_corpus(
 
 
 class _AnonymousPeak:
-    """Samples RssAnon (memory not backed by a file) every 0.2 s: ru_maxrss also counts the pages of memory-mapped
-    Arrow files that were read, which the kernel drops under memory pressure, so it overstates what a run needs."""
+    """Samples the memory of this process and its worker processes every 0.5 s, as the sum over the process tree of
+    each process's proportional share (PSS: a page shared by n processes, such as the copy-on-write memory of a forked
+    worker, counts 1/n in each), so the sum is what the tree occupies:
+
+    * anon: memory not backed by a file (ru_maxrss also counts the pages of memory-mapped Arrow files that were read,
+      which the kernel drops under memory pressure, so it overstates what a run needs);
+    * total: file-backed pages included (comparable with ru_maxrss, but summed over the tree).
+    """
 
     def __init__(self) -> None:
         import threading
 
-        self.peak_kb = 0
+        self.peak_anon_kb = self.peak_total_kb = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def _tree(pid: int) -> list[int]:
+        pids, todo = [], [pid]
+        while todo:
+            current = todo.pop()
+            pids.append(current)
+            for task in Path(f"/proc/{current}/task").glob("*"):
+                try:
+                    todo.extend(int(child) for child in (task / "children").read_text().split())
+                except (OSError, ValueError):
+                    pass  # the process or thread ended meanwhile
+        return pids
+
     def _sample(self) -> None:
-        try:
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith("RssAnon:"):
-                    self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-        except OSError:
-            pass  # not Linux
+        anon = total = 0
+        for pid in self._tree(os.getpid()):
+            try:
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss_Anon:"):
+                        anon += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass  # ended meanwhile, or not Linux
+        self.peak_anon_kb = max(self.peak_anon_kb, anon)
+        self.peak_total_kb = max(self.peak_total_kb, total)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(0.5):
             self._sample()
 
-    def stop(self) -> float:
+    def stop(self) -> tuple[float, float]:
         self._stop.set()
         self._sample()
-        return round(self.peak_kb / 1024, 1)
+        return round(self.peak_anon_kb / 1024, 1), round(self.peak_total_kb / 1024, 1)
+
+
+def _cpu_seconds() -> float:
+    """User + system time of this process (all its threads) and of its waited-for children (worker processes)."""
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
+# The phases of `prepare_training_data`, by the functions train.py calls for them.
+_PHASES = {"read": "load_parallel_data", "bpe": "load_or_train_tokenizer", "tokenize": "tokenize_splits"}
+
+
+def _time_phases(train) -> dict[str, dict[str, float]]:
+    """Wrap the functions `train` calls for each phase so that each records its wall and CPU seconds."""
+    phases: dict[str, dict[str, float]] = {}
+
+    def timed(phase: str, function):
+        def wrapper(*args, **kwargs):
+            wall, cpu = time.monotonic(), _cpu_seconds()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = phases.setdefault(phase, {"wall_s": 0.0, "cpu_s": 0.0})
+                spent["wall_s"] = round(spent["wall_s"] + time.monotonic() - wall, 2)
+                spent["cpu_s"] = round(spent["cpu_s"] + _cpu_seconds() - cpu, 2)
+
+        return wrapper
+
+    for phase, name in _PHASES.items():
+        setattr(train, name, timed(phase, getattr(train, name)))
+    return phases
+
+
+def _other_phase(total_wall: float, phases: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {"wall_s": round(total_wall - sum(p["wall_s"] for p in phases.values()), 2)}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -159,6 +223,7 @@ def child(args: argparse.Namespace) -> None:
     started = time.monotonic()
     from hf_vaswani_training import train
 
+    phases = _time_phases(train)
     model_args, data_args, training_args = train.parse_arguments(
         [
             "--data_dir", args.corpus, "--source_lang", "en", "--target_lang", "de",
@@ -171,6 +236,7 @@ def child(args: argparse.Namespace) -> None:
     prepared = train.prepare_training_data(model_args, data_args, training_args)
     lengths = train.training_lengths(prepared.tokenized["train"])
     done = time.monotonic()
+    anon_mb, total_mb = anonymous.stop()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # num_proc workers, if any
     print(
@@ -184,7 +250,9 @@ def child(args: argparse.Namespace) -> None:
                 "target_tokens": int(lengths[1].sum()),
                 "vocab": len(prepared.tokenizer),
                 "peak_rss_mb": round(max(usage.ru_maxrss, workers.ru_maxrss) / 1024, 1),
-                "peak_anon_rss_mb": anonymous.stop(),
+                "peak_anon_rss_mb": anon_mb,
+                "peak_tree_pss_mb": total_mb,
+                "phases": {**phases, "other": _other_phase(done - imported, phases)},
             }
         ),
         flush=True,
@@ -250,13 +318,21 @@ def main() -> None:
 
     print(
         f"\n{'pairs':>9} {'run':>3} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'anon MB':>8} "
-        f"{'src tokens':>12} {'vocab':>6}"
+        f"{'tree PSS MB':>11} {'src tokens':>12} {'vocab':>6}"
     )
     for r in rows:
         print(
             f"{r['pairs']:>9} {r['run']:>3} {r['wall_s']:>8} {r['cpu_s']:>8} {r['peak_rss_mb']:>12} "
-            f"{r.get('peak_anon_rss_mb', '-'):>8} {r['source_tokens']:>12} {r['vocab']:>6}"
+            f"{r.get('peak_anon_rss_mb', '-'):>8} {r.get('peak_tree_pss_mb', '-'):>11} {r['source_tokens']:>12} "
+            f"{r['vocab']:>6}"
         )
+    print("\nper phase, wall s / CPU s (CPU includes worker processes; other = lengths and glue, wall only):")
+    for r in rows:
+        phases = r.get("phases", {})
+        cells = [
+            f"{name} {p['wall_s']:.1f}" + (f" / {p['cpu_s']:.1f}" if "cpu_s" in p else "") for name, p in phases.items()
+        ]
+        print(f"{r['pairs']:>9} run {r['run']}: " + ", ".join(cells))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,7 +114,10 @@ def test_changed_data_or_tokenizer_or_settings_make_a_new_cache(tmp_path):
     assert changed["train"]["input_ids"][0] == tokenizer(swapped[0])["input_ids"]
 
 
-def test_a_failed_build_leaves_no_cache(tmp_path, monkeypatch):
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_failed_build_leaves_no_cache(tmp_path, monkeypatch, num_workers):
+    """With 2 workers the failure happens in a worker process (the first batch is encoded here, with 2 calls; the
+    workers fork with that count), and must reach this process and leave nothing behind just the same."""
     raw = _load(_write_pair(tmp_path / "data"), tmp_path / "cache")
     tokenizer = _tokenizer(raw)
     cache = tmp_path / "tok"
@@ -128,10 +132,23 @@ def test_a_failed_build_leaves_no_cache(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data_cache._SplitBuilder, "_encode", fail_on_the_third_call)
     with pytest.raises(KeyboardInterrupt):
-        _tokenize(raw, tokenizer, cache)
+        _tokenize(raw, tokenizer, cache, num_workers=num_workers)
     assert list(cache.iterdir()) == []  # neither a cache folder nor a staging folder
     monkeypatch.setattr(data_cache._SplitBuilder, "_encode", original)
-    assert _tokenize(raw, tokenizer, cache)["train"].num_rows == 60
+    assert _tokenize(raw, tokenizer, cache, num_workers=num_workers)["train"].num_rows == 60
+
+
+def _processes_running(marker: str) -> list[int]:
+    """Processes (not zombies) whose command line contains `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.slow
@@ -155,7 +172,8 @@ def test_a_killed_build_is_never_reused(tmp_path):
             time.sleep(0.5)
             return original(self, texts, target)
         data_cache._SplitBuilder._encode = slow
-        data_cache.tokenize_to_cache(raw, tok, "de", "en", 64, 64, cache_root={str(cache)!r}, batch_size=10)
+        data_cache.tokenize_to_cache(raw, tok, "de", "en", 64, 64, cache_root={str(cache)!r}, batch_size=10,
+                                     num_workers=2)
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
@@ -169,6 +187,10 @@ def test_a_killed_build_is_never_reused(tmp_path):
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while _processes_running(str(started)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_running(str(started)) == [], "worker processes outlived their killed parent"
     assert _cache_folders(cache) == []  # only the staging folder was written
     assert list(cache.glob(".tmp-tokenized-*")), "expected the killed run's staging folder"
 
@@ -234,3 +256,106 @@ def test_word_cache_encodes_like_the_tokenizer_on_awkward_text(tmp_path):
     dataset = Dataset.from_dict({"translation": pairs})
     tokenized = tokenize_to_cache(DatasetDict({"validation": dataset}), tokenizer, "de", "en", 512, 512, batch_size=9)
     assert tokenized["validation"]["input_ids"] == tokenizer(plain + awkward)["input_ids"]
+
+
+def _varied_pair(folder, num_pairs=400):
+    """Pairs that all differ (unlike `_write_pair`'s three repeated ones), so a batch written out of order or twice
+    changes the file; a few are long, for the long-sentence policies."""
+    rng = np.random.default_rng(7)
+    words = {"de": "Hund Katze läuft schläft Straße Buch über und der die das ein ﬁsh café".split(),
+             "en": "dog cat runs sleeps street book about and the a one fish café".split()}  # fmt: skip
+    lines = {"de": [], "en": []}
+    for _ in range(num_pairs):
+        length = int(rng.integers(1, 40))
+        for lang in lines:
+            chosen = rng.choice(words[lang], size=length + int(rng.integers(0, 3)))
+            lines[lang].append(" ".join(chosen) + rng.choice([" .", "", " ,x", "!"]))
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid"):
+        for lang in lines:
+            (folder / f"{split}.{lang}").write_text("\n".join(lines[lang]) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("long_sentences", ["truncate", "skip"])
+def test_workers_write_the_same_cache_file_as_one_process(tmp_path, long_sentences):
+    """Batches encoded in worker processes are written in the split's order: the cache files are byte for byte those
+    of one process, and the ids are the tokenizer's own `encode_batch` (truncated or skipped as the policy says)."""
+    raw = _load(_varied_pair(tmp_path / "data"), tmp_path / "cache")
+    tokenizer = _tokenizer(raw, vocab_size=90)
+    assert data_cache._WordCache.for_backend(tokenizer.backend_tokenizer) is not None  # the word-cache path
+    limit = 60
+    settings = {"max_source_length": limit, "max_target_length": limit, "long_sentences": long_sentences}
+    folders = {}
+    for workers in (1, 2, 3):
+        root = tmp_path / f"workers-{workers}"
+        tokenized = _tokenize(raw, tokenizer, root, num_workers=workers, **settings)  # 58 batches of 7 pairs
+        (folders[workers],) = root.glob("tokenized-*")
+    for workers in (2, 3):
+        for name in ("train.arrow", "validation.arrow", "meta.json"):
+            assert (folders[workers] / name).read_bytes() == (folders[1] / name).read_bytes(), (workers, name)
+
+    pairs = raw["train"]["translation"]
+    backend = tokenizer.backend_tokenizer
+    sources = [e.ids for e in backend.encode_batch([p["de"] for p in pairs])]
+    targets = [e.ids for e in backend.encode_batch([p["en"] for p in pairs])]
+    too_long = [len(s) > limit or len(t) > limit for s, t in zip(sources, targets, strict=True)]
+    assert 0 < sum(too_long) < len(pairs)
+    if long_sentences == "skip":
+        expected = [s for s, long in zip(sources, too_long, strict=True) if not long]
+        expected_labels = [t for t, long in zip(targets, too_long, strict=True) if not long]
+    else:
+        expected = [s if len(s) <= limit else s[: limit - 1] + s[-1:] for s in sources]
+        expected_labels = [t if len(t) <= limit else t[: limit - 1] + t[-1:] for t in targets]
+    assert tokenized["train"]["input_ids"] == expected
+    assert tokenized["train"]["labels"] == expected_labels
+
+
+def test_workers_stop_on_a_long_sentence_error_like_one_process(tmp_path):
+    raw = _load(_varied_pair(tmp_path / "data"), tmp_path / "cache")
+    tokenizer = _tokenizer(raw, vocab_size=90)
+    messages = []
+    for workers in (1, 2):
+        with pytest.raises(LongSentencesError) as error:
+            _tokenize(raw, tokenizer, tmp_path / f"e{workers}", num_workers=workers, max_source_length=30,
+                      max_target_length=30, long_sentences="error")  # fmt: skip
+        messages.append(str(error.value))
+        assert _cache_folders(tmp_path / f"e{workers}") == []
+    assert messages[0] == messages[1]
+
+
+def test_workers_run_single_threaded_and_leave_this_process_as_it_was(tmp_path, monkeypatch, capfd):
+    """Forked after the tokenizer's thread pool ran: the workers encode with TOKENIZERS_PARALLELISM=false (one thread
+    each: the workers are the parallelism), this process keeps its own setting (here unset) and its pool, and no worker
+    prints tokenizers' "process just got forked" warning (older tokenizers releases print it unless the variable was
+    set at the fork)."""
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    raw = _load(_varied_pair(tmp_path / "data"), tmp_path / "cache")
+    tokenizer = _tokenizer(raw, vocab_size=90)
+    texts = [p["de"] for p in raw["train"]["translation"]]
+    before = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts)]  # the pool has run before the fork
+    record = tmp_path / "encoded-by"
+    original = data_cache._SplitBuilder._encode
+
+    def recording(self, texts, target):
+        with open(record, "a") as handle:
+            handle.write(f"{os.getpid()} {os.environ.get('TOKENIZERS_PARALLELISM')}\n")
+        return original(self, texts, target)
+
+    monkeypatch.setattr(data_cache._SplitBuilder, "_encode", recording)
+    _tokenize(raw, tokenizer, tmp_path / "tok", num_workers=2)
+    calls = [line.split() for line in record.read_text().splitlines()]
+    by_workers = {value for pid, value in calls if int(pid) != os.getpid()}
+    assert len({int(pid) for pid, _ in calls} - {os.getpid()}) >= 2  # two workers per split (train, validation)
+    assert by_workers == {"false"}
+    assert {value for pid, value in calls if int(pid) == os.getpid()} == {"None"}
+    assert "TOKENIZERS_PARALLELISM" not in os.environ
+    assert [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts)] == before
+    assert "forked" not in capfd.readouterr().err
+
+
+def test_default_workers_follow_rayon_num_threads_or_the_cores(monkeypatch):
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")
+    assert data_cache.default_num_workers() == 3
+    monkeypatch.delenv("RAYON_NUM_THREADS")
+    assert data_cache.default_num_workers() == len(os.sched_getaffinity(0))

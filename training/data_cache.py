@@ -29,11 +29,16 @@ import contextlib
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -55,6 +60,18 @@ DEFAULT_BATCH_SIZE = 20_000
 
 class LongSentencesError(ValueError):
     """--long_sentences error and a training pair is longer than the limits; the message names the count and the first."""
+
+
+def default_num_workers() -> int:
+    """Worker processes for tokenising: `RAYON_NUM_THREADS` when set (the tokenizers library's own cap on its threads,
+    which `--preprocessing_num_workers` sets in training/train.py), else every core this process may run on."""
+    configured = os.environ.get("RAYON_NUM_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def default_cache_root() -> Path:
@@ -129,6 +146,7 @@ def tokenize_to_cache(
     long_sentences: str = "truncate",
     cache_root: str | os.PathLike[str] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    num_workers: int | None = None,
 ) -> dict[str, Dataset]:
     """`input_ids` and `labels` for every split, from a cache when one matches, else built (and cached).
 
@@ -141,6 +159,8 @@ def tokenize_to_cache(
         cache_root: where the cache folders live (default `default_cache_root()`); None together with in-memory
             datasets means no cache.
         batch_size: pairs encoded per call.
+        num_workers: processes that tokenise batches side by side (default `default_num_workers()`); 1 tokenises in
+            this process only. The ids and the cache file are the same whatever the number.
     """
     if long_sentences not in LONG_SENTENCE_POLICIES:
         raise ValueError(f"long_sentences={long_sentences!r}: expected one of {', '.join(LONG_SENTENCE_POLICIES)}")
@@ -167,7 +187,7 @@ def tokenize_to_cache(
         # In memory in, in memory out: nothing identifies the data across runs.
         result = {}
         for split, dataset in raw.items():
-            table, summary = builder.build(dataset, split, batch_size, sink=None)
+            table, summary = builder.build(dataset, split, batch_size, sink=None, num_workers=num_workers)
             _report(split, summary, long_sentences)
             result[split] = Dataset(datasets.table.InMemoryTable(table), split=datasets.Split(split))
         return result
@@ -177,7 +197,7 @@ def tokenize_to_cache(
     folder = root / f"tokenized-{key}"
     summaries = _read_complete(folder)
     if summaries is None or set(summaries) != set(raw):
-        summaries = _build_cache(raw, builder, folder, settings, batch_size, long_sentences)
+        summaries = _build_cache(raw, builder, folder, settings, batch_size, long_sentences, num_workers)
     else:
         logger.info("tokenised splits from the cache %s", folder)
         for split, summary in summaries.items():
@@ -197,7 +217,7 @@ def _read_complete(folder: Path) -> dict[str, SplitSummary] | None:
         return None
 
 
-def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, long_sentences: str):
+def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, long_sentences: str, num_workers):
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(folder.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
@@ -205,7 +225,9 @@ def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, lo
     try:
         summaries = {}
         for split, dataset in raw.items():
-            _, summary = builder.build(dataset, split, batch_size, sink=staging / f"{split}.arrow")
+            _, summary = builder.build(
+                dataset, split, batch_size, sink=staging / f"{split}.arrow", num_workers=num_workers
+            )
             _report(split, summary, long_sentences)
             summaries[split] = summary
         meta = {"settings": settings, "splits": {split: vars(s) for split, s in summaries.items()}}
@@ -279,8 +301,14 @@ class _SplitBuilder:
             return self.tokenizer(text_target=texts)["input_ids"]
         return self.tokenizer(texts)["input_ids"]
 
-    def build(self, dataset: Dataset, split: str, batch_size: int, sink: Path | None):
-        """Tokenise one split into `sink` (an Arrow IPC stream file) or, when None, into a returned table."""
+    def build(
+        self, dataset: Dataset, split: str, batch_size: int, sink: Path | None, num_workers: int | None = None
+    ) -> tuple[pa.Table | None, SplitSummary]:
+        """Tokenise one split into `sink` (an Arrow IPC stream file) or, when None, into a returned table.
+
+        Batches are encoded by `num_workers` processes (see `_encoded_batches`) and written here in the order of the
+        split, so the file is the same as one process writes.
+        """
         if "translation" not in dataset.column_names:
             raise ValueError(f"the {split} split has no 'translation' column (columns: {dataset.column_names})")
         apply_policy = split == "train"
@@ -289,40 +317,17 @@ class _SplitBuilder:
         batches: list[pa.RecordBatch] = []
         writer = pa.ipc.new_stream(str(sink), self.schema) if sink is not None else None
         try:
-            for table in dataset.with_format("arrow").iter(batch_size=batch_size):
-                pairs = table.column("translation")
-                sources = pc.struct_field(pairs, [self.source_lang]).to_pylist()
-                targets = pc.struct_field(pairs, [self.target_lang]).to_pylist()
-                source_ids = self._encode(sources, target=False)
-                target_ids = self._encode(targets, target=True)
-                source_lengths = np.fromiter(map(len, source_ids), dtype=np.int64, count=len(source_ids))
-                target_lengths = np.fromiter(map(len, target_ids), dtype=np.int64, count=len(target_ids))
-                too_long = (source_lengths > self.limits[0]) | (target_lengths > self.limits[1])
-                keep = None
-                if too_long.any():
-                    rows = np.flatnonzero(too_long)
+            for start, num_rows, batch, too_long in self._encoded_batches(
+                dataset, batch_size, num_workers, apply_policy
+            ):
+                if too_long.size:
                     if first_too_long is None:
-                        first_too_long = seen + int(rows[0])
+                        first_too_long = start + int(too_long[0])
                     if apply_policy:
-                        too_long_count += rows.size
-                    if apply_policy and self.policy == "skip":
-                        keep = ~too_long
-                    else:
-                        # Truncation keeps the EOS at the end, as the model sees at inference.
-                        for row in rows.tolist():
-                            for ids, limit in ((source_ids, self.limits[0]), (target_ids, self.limits[1])):
-                                if len(ids[row]) > limit:
-                                    ids[row] = ids[row][: limit - 1] + ids[row][-1:]
-                seen += len(source_ids)
+                        too_long_count += too_long.size
+                seen += num_rows
                 if apply_policy and self.policy == "error" and too_long_count:
                     continue  # only the count matters now; the split is not written
-                if keep is not None:
-                    rows = np.flatnonzero(keep).tolist()
-                    source_ids = [source_ids[i] for i in rows]
-                    target_ids = [target_ids[i] for i in rows]
-                batch = pa.RecordBatch.from_arrays(
-                    [self._list_array(source_ids), self._list_array(target_ids)], schema=self.schema
-                )
                 kept += batch.num_rows
                 if writer is not None:
                     writer.write_batch(batch)
@@ -337,12 +342,130 @@ class _SplitBuilder:
         table = pa.Table.from_batches(batches, schema=self.schema) if writer is None else None
         return table, summary
 
+    def _encoded_batches(
+        self, dataset: Dataset, batch_size: int, num_workers: int | None, apply_policy: bool
+    ) -> Iterator[tuple[int, int, pa.RecordBatch, np.ndarray]]:
+        """(first row, rows read, encoded batch, rows too long) for each `batch_size` rows of the split, in order.
+
+        The first batch is encoded here (the word cache verifies itself on it with the tokenizer's thread pool);
+        with more than one worker, the rest go to forked worker processes, which inherit the verified, warm word
+        cache and the memory-mapped split, read their rows themselves, and send back only the encoded batch. At most
+        two batches per worker are in flight, so memory stays bounded by a few batches.
+        """
+        arrow = dataset.with_format("arrow")
+        ranges = [(start, min(start + batch_size, len(arrow))) for start in range(0, len(arrow), batch_size)]
+        if not ranges:
+            return
+        workers = min(num_workers or default_num_workers(), len(ranges) - 1)
+        if workers <= 1 or not _CAN_FORK:
+            for start, stop in ranges:
+                yield start, stop - start, *self._encode_rows(arrow[start:stop], apply_policy)
+            return
+        start, stop = ranges[0]
+        yield start, stop - start, *self._encode_rows(arrow[start:stop], apply_policy)
+        pending: deque = deque()
+        executor = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_worker_init,
+            initargs=(self, arrow, os.getpid()),
+        )
+        try:
+            todo = iter(ranges[1:])
+
+            def submit_next() -> None:
+                start_stop = next(todo, None)
+                if start_stop is not None:
+                    pending.append((*start_stop, executor.submit(_worker_encode, *start_stop, apply_policy)))
+
+            # The workers are forked on the first submission: fork with the tokenizer's pool off in their environment
+            # (a forked child has none of the parent's pool threads, and tokenizers would otherwise warn and turn it
+            # off itself); this process keeps its own setting and its working pool.
+            with _environment("TOKENIZERS_PARALLELISM", "false"):
+                submit_next()
+            for _ in range(2 * workers - 1):
+                submit_next()
+            while pending:
+                start, stop, future = pending.popleft()
+                batch, too_long = future.result()
+                submit_next()
+                yield start, stop - start, batch, too_long
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    def _encode_rows(self, table: pa.Table, apply_policy: bool) -> tuple[pa.RecordBatch, np.ndarray]:
+        """The encoded batch of `table`'s pairs (long pairs truncated, or dropped under "skip" when `apply_policy`)
+        and the indices, within `table`, of the pairs longer than the limits."""
+        pairs = table.column("translation")
+        sources = pc.struct_field(pairs, [self.source_lang]).to_pylist()
+        targets = pc.struct_field(pairs, [self.target_lang]).to_pylist()
+        source_ids = self._encode(sources, target=False)
+        target_ids = self._encode(targets, target=True)
+        source_lengths = np.fromiter(map(len, source_ids), dtype=np.int64, count=len(source_ids))
+        target_lengths = np.fromiter(map(len, target_ids), dtype=np.int64, count=len(target_ids))
+        too_long = np.flatnonzero((source_lengths > self.limits[0]) | (target_lengths > self.limits[1]))
+        if too_long.size:
+            if apply_policy and self.policy == "skip":
+                keep = np.ones(len(source_ids), dtype=bool)
+                keep[too_long] = False
+                rows = np.flatnonzero(keep).tolist()
+                source_ids = [source_ids[i] for i in rows]
+                target_ids = [target_ids[i] for i in rows]
+            else:
+                # Truncation keeps the EOS at the end, as the model sees at inference.
+                for row in too_long.tolist():
+                    for ids, limit in ((source_ids, self.limits[0]), (target_ids, self.limits[1])):
+                        if len(ids[row]) > limit:
+                            ids[row] = ids[row][: limit - 1] + ids[row][-1:]
+        batch = pa.RecordBatch.from_arrays(
+            [self._list_array(source_ids), self._list_array(target_ids)], schema=self.schema
+        )
+        return batch, too_long
+
     def _list_array(self, rows: list[list[int]]) -> pa.ListArray:
         lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
         offsets = np.zeros(len(rows) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         values = np.fromiter(chain.from_iterable(rows), dtype=self.dtype, count=int(offsets[-1]))
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=self.value_type))
+
+
+# Worker processes are forked (they inherit the tokenizer, its warm word cache and the mapped split without pickling);
+# elsewhere (macOS, Windows) forking a process with threads is unsafe, and tokenising stays in one process.
+_CAN_FORK = sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+_WORKER: tuple[_SplitBuilder, Dataset] | None = None  # in a worker process: what `_worker_encode` encodes with
+
+
+def _worker_init(builder: _SplitBuilder, arrow: Dataset, parent: int) -> None:
+    global _WORKER
+    # A worker waits on a queue whose pipe it holds both ends of, so it would outlive a parent killed by SIGKILL
+    # (or the OOM killer) forever: ask the kernel to kill it with its parent.
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # each worker is one thread; the workers are the parallelism
+    _WORKER = (builder, arrow)
+
+
+def _worker_encode(start: int, stop: int, apply_policy: bool) -> tuple[pa.RecordBatch, np.ndarray]:
+    builder, arrow = _WORKER
+    return builder._encode_rows(arrow[start:stop], apply_policy)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
 
 
 class _WordCache:
