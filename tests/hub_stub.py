@@ -2,10 +2,14 @@
 
 `HubStub` is a threaded HTTP server on 127.0.0.1 (a free port) that speaks just enough of the Hub API for
 `huggingface_hub` 2.x, `transformers` and `datasets` to create a model or dataset repo, commit files
-(`upload_folder`, `create_commit`, `push_to_hub`, the Trainer's `push_to_hub`), read repo info and download files
-(`hf_hub_download`, `snapshot_download`, `from_pretrained`, `datasets.load_dataset` of a parquet dataset whose
-README maps configurations to files). Files live in memory; every commit is a full snapshot. Model and dataset
-repos are separate namespaces (`HubStub.repos`, `HubStub.dataset_repos`; `files(..., repo_type="dataset")`).
+(`upload_folder`, `create_commit`, `push_to_hub`, the Trainer's `push_to_hub`, `DatasetDict.push_to_hub`), read repo
+info and download files (`hf_hub_download`, `snapshot_download`, `from_pretrained`, `datasets.load_dataset` of a
+parquet dataset whose README maps configurations to files). Files live in memory; every commit is a full snapshot.
+Model and dataset repos are separate namespaces (`HubStub.repos`, `HubStub.dataset_repos`;
+`files(..., repo_type="dataset")`). Files that the repo's .gitattributes sends to LFS (a new model repo's
+`*.safetensors`, `*.bin`; a new dataset repo's `*.parquet`, `*.arrow`, ...) or over 10 MB go through git-LFS, as on
+the Hub: uploaded by the LFS batch API, committed as `lfsFile`, listed with their `lfs` sha256, downloaded with
+`X-Linked-Etag`/`X-Linked-Size`.
 
 What it implements (checked against the installed `huggingface_hub/hf_api.py`, `_commit_api.py`,
 `file_download.py`, `utils/_http.py` and `datasets/load.py`); {kind} is `models` or `datasets`:
@@ -18,21 +22,24 @@ What it implements (checked against the installed `huggingface_hub/hf_api.py`, `
     POST /api/{kind}/{repo}/paths-info/{rev}        `get_paths_info`
     GET  /api/{kind}/{repo}/refs                    `list_repo_refs`
     POST /api/{kind}/{repo}/branch/{branch}         `create_branch` (409 when it exists)
-    POST /api/{kind}/{repo}/preupload/{rev}         every file `uploadMode: "regular"`, the stored blob oid
-    POST /api/{kind}/{repo}/commit/{rev}            the NDJSON body: header, `file` (base64), deletions;
-                                                    `?create_pr=1` commits to a new `refs/pr/N`
+    POST /api/{kind}/{repo}/preupload/{rev}         `uploadMode` "lfs" or "regular", the stored file's oid
+    POST /[datasets/]{repo}.git/info/lfs/objects/batch   LFS upload: `basic` upload + verify actions per new object
+    PUT  /lfs-objects/{sha256}                      the upload action (the content must hash to the name)
+    POST /lfs-verify                                the verify action
+    POST /api/{kind}/{repo}/commit/{rev}            the NDJSON body: header, `file` (base64), `lfsFile` (an uploaded
+                                                    object), deletions; `?create_pr=1` commits to a new `refs/pr/N`
     HEAD/GET /{repo}/resolve/{rev}/{path}           (a model's; a dataset's under /datasets/{repo}/resolve/...)
-                                                    `X-Repo-Commit`, `ETag` (git blob sha1), `Content-Length`;
+                                                    `X-Repo-Commit`, `ETag` (git blob sha1; an LFS file's sha256,
+                                                    also in `X-Linked-Etag`, with `X-Linked-Size`), `Content-Length`;
                                                     404 with `X-Error-Code: RepoNotFound | RevisionNotFound |
-                                                    EntryNotFound`
+                                                    EntryNotFound`. The Hub redirects an LFS file to its CDN; the
+                                                    stub serves it directly.
 
 Anything else is answered 501 and recorded in `HubStub.unhandled` (and logged as a warning), so a client that
 starts needing a new endpoint fails with a message naming it. Writes need an `Authorization: Bearer` header;
-private repos are invisible (404 RepoNotFound) without one. There is no LFS or Xet: clients must run with
-`HF_HUB_DISABLE_XET=1` (see `hub_env`), and every file is committed inline. Hence `Dataset.push_to_hub` does not
-work against it (it uploads its parquet shards from temporary files through LFS before the commit): tests upload a
-dataset's files with `upload_folder(repo_type="dataset")`. The dataset viewer (`datasets-server.{host}`, which
-`datasets` asks for exported parquet files and infos) is not served; `datasets` takes that as "no export yet".
+private repos are invisible (404 RepoNotFound) without one. There is no Xet: clients must run with
+`HF_HUB_DISABLE_XET=1` (see `hub_env`), which makes them use LFS. The dataset viewer (`datasets-server.{host}`,
+which `datasets` asks for exported parquet files and infos) is not served; `datasets` takes that as "no export yet".
 
 `huggingface_hub` reads `HF_ENDPOINT` when it is imported, so Hub round trips run in subprocesses whose
 environment comes from `hub_env(stub.url, hf_home)`. Use the `hub_stub` fixture (import it into a test module):
@@ -48,6 +55,7 @@ environment comes from `hub_env(stub.url, hf_home)`. Use the `hub_stub` fixture 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import json
 import logging
@@ -69,11 +77,38 @@ logger = logging.getLogger(__name__)
 STUB_USER = "user"
 STUB_TOKEN = "hf_stub_dummy_token"
 GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+# What the Hub's .gitattributes of a new dataset repo sends to LFS (part of it: the formats datasets are shipped in).
+DATASET_GITATTRIBUTES = b"".join(
+    f"*.{ext} filter=lfs diff=lfs merge=lfs -text\n".encode() for ext in ("arrow", "parquet", "bin", "gz", "zst")
+)
+LFS_SPEC = "https://git-lfs.github.com/spec/v1"
 
 
 def git_blob_sha1(content: bytes) -> str:
     """The git object id of a blob, which the Hub uses as a regular file's oid and ETag."""
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def lfs_pointer(content: bytes) -> bytes:
+    """The git-LFS pointer file that git stores in place of an LFS file's content."""
+    return f"version {LFS_SPEC}\noid sha256:{hashlib.sha256(content).hexdigest()}\nsize {len(content)}\n".encode()
+
+
+def lfs_patterns(gitattributes: bytes) -> list[str]:
+    """The patterns that a .gitattributes file sends to LFS (`PATTERN filter=lfs ...` lines)."""
+    patterns = []
+    for line in gitattributes.decode("utf-8", errors="replace").splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and not fields[0].startswith("#") and "filter=lfs" in fields[1:]:
+            patterns.append(fields[0])
+    return patterns
+
+
+def matches_lfs(path: str, patterns: list[str]) -> bool:
+    """git's rule, simplified: a pattern without a slash matches the file name in any folder, one with a slash the
+    whole path."""
+    name = path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(path if "/" in pattern else name, pattern.lstrip("/")) for pattern in patterns)
 
 
 def hub_env(endpoint: str, hf_home: str | os.PathLike, token: str | None = STUB_TOKEN) -> dict[str, str]:
@@ -116,6 +151,16 @@ class Commit:
     description: str
     files: dict[str, bytes]
     date: str
+    lfs: frozenset[str] = frozenset()  # the paths stored in LFS: the repo holds a pointer, the content is an object
+
+    def entry(self, path: str) -> dict:
+        """The file's entry in tree listings and paths-info: for an LFS file, the pointer's oid plus `lfs`."""
+        content = self.files[path]
+        if path not in self.lfs:
+            return {"type": "file", "oid": git_blob_sha1(content), "size": len(content), "path": path}
+        pointer = lfs_pointer(content)
+        lfs = {"oid": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": len(pointer)}
+        return {"type": "file", "oid": git_blob_sha1(pointer), "size": len(content), "path": path, "lfs": lfs}
 
 
 @dataclass
@@ -151,6 +196,7 @@ class HubStub:
             raise ValueError(f"host={host!r}: the stub only listens on the loopback interface")
         self.repos: dict[str, Repo] = {}  # model repos
         self.dataset_repos: dict[str, Repo] = {}
+        self.lfs_objects: dict[str, bytes] = {}  # sha256 -> content, uploaded through the LFS batch API
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status) of every request
         self.unhandled: list[str] = []
         self._lock = threading.RLock()
@@ -221,7 +267,15 @@ class HubStub:
             raise HubError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
         return commit
 
-    def _new_commit(self, repo: Repo, parent: Commit | None, files: dict[str, bytes], message: str, description=""):
+    def _new_commit(
+        self,
+        repo: Repo,
+        parent: Commit | None,
+        files: dict[str, bytes],
+        message: str,
+        description: str = "",
+        lfs: frozenset[str] = frozenset(),
+    ) -> Commit:
         stamp = f"{repo.repo_id}\n{parent.oid if parent else ''}\n{message}\n{time.time_ns()}\n"
         digest = hashlib.sha1(stamp.encode())
         for path in sorted(files):
@@ -233,6 +287,7 @@ class HubStub:
             description=description,
             files=files,
             date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+            lfs=frozenset(lfs),
         )
         repo.commits[commit.oid] = commit
         return commit
@@ -251,7 +306,8 @@ class HubStub:
             if payload.get("visibility") is not None:
                 private = payload["visibility"] != "public"
             repo = Repo(repo_id=repo_id, private=bool(private), repo_type=repo_type)
-            first = self._new_commit(repo, None, {".gitattributes": GITATTRIBUTES}, "initial commit")
+            gitattributes = GITATTRIBUTES if repo_type == "model" else DATASET_GITATTRIBUTES
+            first = self._new_commit(repo, None, {".gitattributes": gitattributes}, "initial commit")
             repo.refs["main"] = first.oid
             store[repo_id] = repo
         return 200, {"url": url, "name": repo_id, "id": repo_id}
@@ -274,10 +330,7 @@ class HubStub:
             "downloads": 0,
             "likes": 0,
             "tags": [],
-            "siblings": [
-                {"rfilename": path, "size": len(content), "blobId": git_blob_sha1(content)}
-                for path, content in sorted(commit.files.items())
-            ],
+            "siblings": [_sibling(commit.entry(path)) for path in sorted(commit.files)],
         }
         if repo.repo_type == "model":
             info["modelId"] = repo.repo_id
@@ -304,7 +357,7 @@ class HubStub:
         commit = self._commit(repo, revision)
         prefix = f"{path.strip('/')}/" if path.strip("/") else ""
         entries, folders = [], set()
-        for file_path, content in sorted(commit.files.items()):
+        for file_path in sorted(commit.files):
             if not file_path.startswith(prefix):
                 continue
             rest = file_path[len(prefix) :]
@@ -314,7 +367,7 @@ class HubStub:
             if recursive:
                 parts = rest.split("/")[:-1]
                 folders.update(prefix + "/".join(parts[: i + 1]) for i in range(len(parts)))
-            entries.append({"type": "file", "oid": git_blob_sha1(content), "size": len(content), "path": file_path})
+            entries.append(commit.entry(file_path))
         if prefix and not entries and not folders:
             raise HubError(404, f"{path} does not exist on {revision}", "EntryNotFound")
         folder_entries = [
@@ -322,6 +375,27 @@ class HubStub:
             for folder in sorted(folders)
         ]
         return folder_entries + entries
+
+    def upload_mode(self, commit: Commit | None, path: str, size: int) -> str:
+        """ "lfs" for what the repo's .gitattributes sends to LFS or a file over 10 MB, as the Hub decides."""
+        patterns = lfs_patterns(commit.files.get(".gitattributes", b"")) if commit is not None else []
+        return "lfs" if size > _LFS_SIZE or matches_lfs(path, patterns) else "regular"
+
+    def lfs_batch(self, payload: dict) -> dict:
+        """The git-LFS batch API (upload): an upload and a verify action per object the stub does not hold yet."""
+        if payload.get("operation") != "upload":
+            raise HubError(400, f"hub_stub: only LFS uploads are supported, not {payload.get('operation')!r}")
+        objects = []
+        for obj in payload.get("objects", []):
+            oid, size = obj["oid"], obj["size"]
+            entry = {"oid": oid, "size": size, "authenticated": True}
+            if oid not in self.lfs_objects:
+                entry["actions"] = {
+                    "upload": {"href": f"{self.url}/lfs-objects/{oid}", "header": {}},
+                    "verify": {"href": f"{self.url}/lfs-verify"},
+                }
+            objects.append(entry)
+        return {"transfer": "basic", "objects": objects, "hash_algo": "sha256"}
 
     def commit(self, repo: Repo, revision: str, body: bytes, create_pr: bool) -> dict:
         lines = [json.loads(line) for line in body.decode("utf-8").splitlines() if line.strip()]
@@ -333,13 +407,22 @@ class HubStub:
             parent_oid = header.get("parentCommit")
             if parent_oid and not create_pr and not base.oid.startswith(parent_oid):
                 raise HubError(412, f"hub_stub: {revision} is at {base.oid}, not at parentCommit {parent_oid}")
-            files = dict(base.files)
+            files, lfs = dict(base.files), set(base.lfs)
             for line in lines[1:]:
                 key, value = line.get("key"), line.get("value", {})
                 if key == "file":
                     if value.get("encoding", "base64") != "base64":
                         raise HubError(400, f"hub_stub: unsupported encoding {value.get('encoding')!r}")
                     files[value["path"]] = base64.b64decode(value["content"])
+                    lfs.discard(value["path"])
+                elif key == "lfsFile":
+                    if value.get("algo", "sha256") != "sha256":
+                        raise HubError(400, f"hub_stub: unsupported LFS hash {value.get('algo')!r}")
+                    content = self.lfs_objects.get(value.get("oid", ""))
+                    if content is None:
+                        raise HubError(400, f"hub_stub: LFS object {value.get('oid')} of {value['path']} not uploaded")
+                    files[value["path"]] = content
+                    lfs.add(value["path"])
                 elif key == "deletedFile":
                     if files.pop(value["path"], None) is None:
                         raise HubError(404, f"A file with this name doesn't exist: {value['path']}", "EntryNotFound")
@@ -348,10 +431,9 @@ class HubStub:
                     for path in [p for p in files if p.startswith(folder)]:
                         del files[path]
                 else:
-                    # lfsFile needs the LFS batch API, which the stub does not have: the preupload answer never
-                    # asks for it.
                     raise HubError(400, f"hub_stub: unsupported commit operation {key!r}")
-            commit = self._new_commit(repo, base, files, header.get("summary", ""), header.get("description", ""))
+            summary, description = header.get("summary", ""), header.get("description", "")
+            commit = self._new_commit(repo, base, files, summary, description, frozenset(lfs & set(files)))
             commit_url = f"{self.repo_url(repo)}/commit/{commit.oid}"
             result = {"success": True, "commitOid": commit.oid, "commitUrl": commit_url}
             if create_pr:
@@ -414,6 +496,9 @@ def validate_card_metadata(content: str) -> list[str]:
 
 _API = re.compile(r"^/api/(?P<kind>models|datasets)/(?P<repo>[^/]+/[^/]+)(?P<rest>/.*)?$")
 # Dataset files are under /datasets/; "datasets" is a reserved name on the Hub, so no model repo is "datasets/x".
+_LFS_BATCH = re.compile(r"^/(?P<kind>datasets/)?(?P<repo>[^/]+/[^/]+)\.git/info/lfs/objects/batch$")
+_LFS_OBJECT = re.compile(r"^/lfs-objects/(?P<oid>[0-9a-f]{64})$")
+_LFS_SIZE = 10 * 1024 * 1024  # the Hub stores larger files in LFS whatever .gitattributes says
 _RESOLVE = re.compile(r"^/(?P<kind>datasets/)?(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
 _REPO_TYPES = {"models": "model", "datasets": "dataset", "datasets/": "dataset", None: "model"}
 
@@ -524,6 +609,31 @@ def _make_handler(stub: HubStub):
             if match:
                 repo_type = _REPO_TYPES[match.group("kind")]
                 return self._api(unquote(match.group("repo")), match.group("rest") or "", query, repo_type)
+            match = _LFS_BATCH.match(path)
+            if match and method == "POST":
+                self._require_token()
+                with stub._lock:
+                    stub._repo(unquote(match.group("repo")), True, _REPO_TYPES[match.group("kind")])
+                    answer = stub.lfs_batch(self._json_body())
+                self._send_json(200, answer)
+                return True
+            match = _LFS_OBJECT.match(path)
+            if match and method == "PUT":  # the upload action's href (S3 on the Hub: no token)
+                content, oid = self._body(), match.group("oid")
+                if hashlib.sha256(content).hexdigest() != oid:
+                    raise HubError(400, f"hub_stub: the uploaded content does not hash to {oid}")
+                with stub._lock:
+                    stub.lfs_objects[oid] = content
+                self._send(200, b"")
+                return True
+            if method == "POST" and path == "/lfs-verify":
+                self._require_token()
+                payload = self._json_body()
+                stored = stub.lfs_objects.get(payload.get("oid", ""))
+                if stored is None or len(stored) != payload.get("size"):
+                    raise HubError(404, f"hub_stub: LFS object {payload.get('oid')} not uploaded (or another size)")
+                self._send_json(200, {})
+                return True
             match = _RESOLVE.match(path)
             if match and method in ("GET", "HEAD"):
                 repo_type = _REPO_TYPES[match.group("kind")]
@@ -572,12 +682,7 @@ def _make_handler(stub: HubStub):
                 else:
                     paths = parse_qs(body.decode()).get("paths", [])
                 commit = stub._commit(repo, revision)
-                found = [
-                    {"type": "file", "path": p, "size": len(commit.files[p]), "oid": git_blob_sha1(commit.files[p])}
-                    for p in paths
-                    if p in commit.files
-                ]
-                self._send_json(200, found)
+                self._send_json(200, [commit.entry(p) for p in paths if p in commit.files])
                 return True
 
             # -- writes --
@@ -598,16 +703,16 @@ def _make_handler(stub: HubStub):
                 payload = self._json_body()
                 with stub._lock:
                     commit = repo.resolve(revision)
-                    existing = commit.files if commit is not None else {}
-                files = [
-                    {
-                        "path": f["path"],
-                        "uploadMode": "regular",  # never "lfs": the stub has no LFS batch endpoint
-                        "shouldIgnore": False,
-                        "oid": git_blob_sha1(existing[f["path"]]) if f["path"] in existing else None,
-                    }
-                    for f in payload.get("files", [])
-                ]
+                files = []
+                for f in payload.get("files", []):
+                    mode = stub.upload_mode(commit, f["path"], f.get("size", 0))
+                    # The remote oid the client compares with its own to skip unchanged files: the sha256 of an LFS
+                    # file's content, the git blob sha1 of a regular file.
+                    oid = None
+                    if commit is not None and f["path"] in commit.files:
+                        entry = commit.entry(f["path"])
+                        oid = entry["lfs"]["oid"] if "lfs" in entry else entry["oid"]
+                    files.append({"path": f["path"], "uploadMode": mode, "shouldIgnore": False, "oid": oid})
                 self._send_json(200, {"files": files, "commitOid": commit.oid if commit else None})
                 return True
             if method == "POST" and len(parts) >= 2 and parts[0] == "commit":
@@ -627,6 +732,11 @@ def _make_handler(stub: HubStub):
                 raise _EntryNotFound(commit.oid, f"{file_path} does not exist at {revision}")
             etag = f'"{git_blob_sha1(content)}"'
             headers = {"X-Repo-Commit": commit.oid, "ETag": etag, "Accept-Ranges": "bytes"}
+            if file_path in commit.lfs:
+                # The Hub answers an LFS file with a redirect to its CDN, carrying the object's sha256 and size in
+                # X-Linked-*; the stub serves the content itself, with the same headers.
+                sha256 = f'"{hashlib.sha256(content).hexdigest()}"'
+                headers.update({"ETag": sha256, "X-Linked-Etag": sha256, "X-Linked-Size": str(len(content))})
             range_header = self.headers.get("Range")
             match = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header or "")
             if match and self.command == "GET":
@@ -656,6 +766,18 @@ def _make_handler(stub: HubStub):
             self._send_json(error.status, {"error": error.message}, headers)
 
     return Handler
+
+
+def _sibling(entry: dict) -> dict:
+    """A `siblings` item of repo info from a tree entry."""
+    sibling = {"rfilename": entry["path"], "size": entry["size"], "blobId": entry["oid"]}
+    if "lfs" in entry:
+        sibling["lfs"] = {
+            "sha256": entry["lfs"]["oid"],
+            "size": entry["size"],
+            "pointerSize": entry["lfs"]["pointerSize"],
+        }
+    return sibling
 
 
 class _EntryNotFound(HubError):

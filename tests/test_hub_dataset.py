@@ -23,9 +23,11 @@ import pytest
 import yaml
 from datasets import Dataset, Features, Translation
 
+from hf_vaswani_training.prepare_wmt import prepare
 from hf_vaswani_training.toy_corpus import generate_corpus
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import HubStub, hub_env
+from tests.test_data import make_hub_folder
 
 REPO_ID = "user/wmt-mini"
 SIZES = {"train": 60, "validation": 6, "test": 6}
@@ -159,6 +161,7 @@ def hub(tmp_path_factory):
         upload_env = hub_env(stub.url, root / "up")
         upload = _ok(_run([sys.executable, "-c", _UPLOAD, REPO_ID, str(root / "wmt-mini")], upload_env))
         assert upload.stdout.strip() == f"{stub.url}/datasets/{REPO_ID}"
+        (root / "upload_requests.json").write_text(json.dumps(stub.requests), encoding="utf-8")
         yield stub, corpus, root
 
 
@@ -184,7 +187,39 @@ def test_the_stub_holds_the_dataset_as_uploaded(hub):
         "initial commit",
     ]
     assert REPO_ID not in stub.repos  # datasets and models are separate namespaces
+    # The parquet files went through git-LFS, as the Hub's .gitattributes of a dataset repo asks.
+    assert stub.history(REPO_ID, repo_type="dataset")[0].lfs == {path for path in files if path.endswith(".parquet")}
+    uploads = json.loads((root / "upload_requests.json").read_text(encoding="utf-8"))
+    assert ["POST", f"/datasets/{REPO_ID}.git/info/lfs/objects/batch", 200] in uploads
     assert not stub.unhandled
+
+
+_PUSH_TO_HUB = textwrap.dedent(
+    """
+    import json, sys
+    import datasets
+
+    pairs = json.loads(sys.argv[1])
+    features = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
+    splits = {split: datasets.Dataset.from_dict({"translation": rows}, features=features) for split, rows in pairs.items()}
+    datasets.DatasetDict(splits).push_to_hub("user/pushed", config_name="de-en")
+    loaded = datasets.load_dataset("user/pushed", "de-en")
+    print("LOADED " + json.dumps({split: list(loaded[split]["translation"]) for split in loaded}))
+    """
+)
+
+
+def test_push_to_hub_then_load_dataset(tmp_path):
+    """`DatasetDict.push_to_hub` (LFS uploads of parquet shards from temporary files) and `load_dataset` back."""
+    pairs = {split: rows[:5] for split, rows in _corpus().items()}
+    with HubStub() as stub:
+        completed = _ok(_run([sys.executable, "-c", _PUSH_TO_HUB, json.dumps(pairs)], hub_env(stub.url, tmp_path)))
+        files = stub.files("user/pushed", repo_type="dataset")
+        assert not stub.unhandled, stub.unhandled
+    assert json.loads(completed.stdout.rsplit("LOADED ", 1)[1]) == pairs
+    assert {f"de-en/{split}-00000-of-00001.parquet" for split in pairs} <= set(files)
+    metadata = yaml.safe_load(files["README.md"].decode().split("---\n")[1])
+    assert metadata["configs"][0]["config_name"] == "de-en"
 
 
 def test_train_from_a_hub_dataset(hub, online_run):
@@ -274,3 +309,16 @@ def test_prepare_wmt_from_a_hub_dataset(hub, tmp_path):
     pairs = set(zip(*((out / f"train.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de"))))
     assert pairs == {(row["en"], row["de"]) for row in corpus["train"]}
     assert not stub.unhandled, stub.unhandled
+
+
+def test_prepare_wmt_reads_a_dataset_as_training_does(tmp_path):
+    """Split names (dev), two text columns, no test split: the training loader's rules (a local Hub-layout folder)."""
+    folder = make_hub_folder(
+        tmp_path / "hub",
+        {"train": {"de": ["eins", "zwei"], "en": ["one", "two"]}, "dev": {"de": ["drei"], "en": ["three"]}},
+    )
+    out = tmp_path / "out"
+    assert prepare(out, "en", "de", dataset_name=str(folder), dataset_config_name="de-en") == {"train": 2, "valid": 1}
+    assert (out / "train.de").read_text(encoding="utf-8") == "eins\nzwei\n"
+    assert (out / "valid.en").read_text(encoding="utf-8") == "three\n"
+    assert sorted(path.name for path in out.iterdir()) == ["train.de", "train.en", "valid.de", "valid.en"]
