@@ -26,6 +26,7 @@ tokenizer's `pad`) builds it per batch. Lengths for the token-batch sampler come
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import logging
@@ -291,15 +292,16 @@ class _SplitBuilder:
         self.backend = backend if plain and backend.truncation is None and backend.padding is None else None
         self.words = _WordCache.for_backend(self.backend) if self.backend is not None else None
 
-    def _encode(self, texts: list[str], target: bool) -> list[list[int]]:
+    def _encode(self, texts: list[str], target: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(ids per sentence, all ids concatenated) of `texts`: the lengths and the values of an Arrow list column."""
         if self.words is not None:
             return self.words.encode(texts)
         if self.backend is not None:
             encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-            return [encoding.ids for encoding in encode(texts, add_special_tokens=True)]
+            return _flatten([encoding.ids for encoding in encode(texts, add_special_tokens=True)])
         if target:
-            return self.tokenizer(text_target=texts)["input_ids"]
-        return self.tokenizer(texts)["input_ids"]
+            return _flatten(self.tokenizer(text_target=texts)["input_ids"])
+        return _flatten(self.tokenizer(texts)["input_ids"])
 
     def build(
         self, dataset: Dataset, split: str, batch_size: int, sink: Path | None, num_workers: int | None = None
@@ -381,8 +383,14 @@ class _SplitBuilder:
             # The workers are forked on the first submission: fork with the tokenizer's pool off in their environment
             # (a forked child has none of the parent's pool threads, and tokenizers would otherwise warn and turn it
             # off itself); this process keeps its own setting and its working pool.
-            with _environment("TOKENIZERS_PARALLELISM", "false"):
-                submit_next()
+            # gc.freeze: the workers' garbage collector then never walks (and so never copies, page by page) the
+            # objects they share with this process copy-on-write.
+            gc.freeze()
+            try:
+                with _environment("TOKENIZERS_PARALLELISM", "false"):
+                    submit_next()
+            finally:
+                gc.unfreeze()
             for _ in range(2 * workers - 1):
                 submit_next()
             while pending:
@@ -399,35 +407,41 @@ class _SplitBuilder:
         pairs = table.column("translation")
         sources = pc.struct_field(pairs, [self.source_lang]).to_pylist()
         targets = pc.struct_field(pairs, [self.target_lang]).to_pylist()
-        source_ids = self._encode(sources, target=False)
-        target_ids = self._encode(targets, target=True)
-        source_lengths = np.fromiter(map(len, source_ids), dtype=np.int64, count=len(source_ids))
-        target_lengths = np.fromiter(map(len, target_ids), dtype=np.int64, count=len(target_ids))
-        too_long = np.flatnonzero((source_lengths > self.limits[0]) | (target_lengths > self.limits[1]))
+        sides = [self._encode(sources, target=False), self._encode(targets, target=True)]
+        too_long = np.flatnonzero((sides[0][0] > self.limits[0]) | (sides[1][0] > self.limits[1]))
         if too_long.size:
             if apply_policy and self.policy == "skip":
-                keep = np.ones(len(source_ids), dtype=bool)
+                keep = np.ones(len(sources), dtype=bool)
                 keep[too_long] = False
-                rows = np.flatnonzero(keep).tolist()
-                source_ids = [source_ids[i] for i in rows]
-                target_ids = [target_ids[i] for i in rows]
+                sides = [(lengths[keep], values[np.repeat(keep, lengths)]) for lengths, values in sides]
             else:
-                # Truncation keeps the EOS at the end, as the model sees at inference.
-                for row in too_long.tolist():
-                    for ids, limit in ((source_ids, self.limits[0]), (target_ids, self.limits[1])):
-                        if len(ids[row]) > limit:
-                            ids[row] = ids[row][: limit - 1] + ids[row][-1:]
-        batch = pa.RecordBatch.from_arrays(
-            [self._list_array(source_ids), self._list_array(target_ids)], schema=self.schema
-        )
+                sides = [_truncate(lengths, values, limit) for (lengths, values), limit in zip(sides, self.limits)]
+        batch = pa.RecordBatch.from_arrays([self._list_array(*side) for side in sides], schema=self.schema)
         return batch, too_long
 
-    def _list_array(self, rows: list[list[int]]) -> pa.ListArray:
-        lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
-        offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    def _list_array(self, lengths: np.ndarray, values: np.ndarray) -> pa.ListArray:
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
-        values = np.fromiter(chain.from_iterable(rows), dtype=self.dtype, count=int(offsets[-1]))
+        values = values.astype(self.dtype, copy=False)
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=self.value_type))
+
+
+def _flatten(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    return lengths, np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+
+
+def _truncate(lengths: np.ndarray, values: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row longer than `limit` cut to its first `limit - 1` ids and its last (the EOS, as the model sees at
+    inference): `ids[: limit - 1] + ids[-1:]`, for all rows at once."""
+    long_rows = lengths > limit
+    if not long_rows.any():
+        return lengths, values
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    position = np.arange(len(values)) - starts
+    row_length = np.repeat(lengths, lengths)
+    keep = ~np.repeat(long_rows, lengths) | (position < limit - 1) | (position == row_length - 1)
+    return np.where(long_rows, limit, lengths), values[keep]
 
 
 # Worker processes are forked (they inherit the tokenizer, its warm word cache and the mapped split without pickling);
@@ -468,6 +482,13 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = previous
 
 
+class _WordIndex(dict):
+    """Word -> word number, -1 for a word not seen yet (so that lookups over a batch run in C, misses included)."""
+
+    def __missing__(self, word: str) -> int:
+        return -1
+
+
 class _WordCache:
     """Encode sentences word by word through a cache, for the project's joint BPE (training/tokenizer.py).
 
@@ -481,16 +502,37 @@ class _WordCache:
     BPE's (compared as JSON), and checked on the first batch against the tokenizer's own `encode_batch`: any
     difference turns it off for the run. Sentences the rule does not cover (empty, or starting with a space after
     normalisation) go to the tokenizer as they are.
+
+    The cache is a dictionary from word to word number and the words' ids in one array (`pool`, with each word's
+    start and length), so that a batch is encoded with one dictionary lookup per word in C (`map`) and array
+    operations, not a Python loop over its sentences.
     """
 
-    MAX_WORDS = 2_000_000  # cleared when full: bounds memory (~300 MB) on corpora with a very long tail
+    MAX_WORDS = 2_000_000  # cleared when full: bounds memory (~250 MB) on corpora with a very long tail
 
     def __init__(self, backend, suffix: list[int], space_ids: list[int], nfkc: bool):
         self.backend = backend
         self.suffix = suffix
         self.nfkc = nfkc
-        self.cache: dict[str, list[int]] = {"": space_ids}  # two spaces in a row leave a lone `▁` piece
+        self.space_ids = space_ids
+        self._clear()
         self.verified = False
+
+    def _clear(self) -> None:
+        self.index = _WordIndex()
+        self.pool = np.zeros(0, dtype=np.int64)
+        self.word_starts = np.zeros(0, dtype=np.int64)
+        self.word_lengths = np.zeros(0, dtype=np.int64)
+        self._add([""], [self.space_ids])  # two spaces in a row leave a lone `▁` piece
+
+    def _add(self, words: list[str], ids: list[list[int]]) -> None:
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        starts = len(self.pool) + np.cumsum(lengths) - lengths
+        values = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        self.pool = np.concatenate([self.pool, values])
+        self.word_starts = np.concatenate([self.word_starts, starts])
+        self.word_lengths = np.concatenate([self.word_lengths, lengths])
+        self.index.update(zip(words, range(len(self.index), len(self.index) + len(words))))
 
     @classmethod
     def for_backend(cls, backend) -> _WordCache | None:
@@ -514,62 +556,82 @@ class _WordCache:
             return None
         return cls(backend, backend.encode("").ids, space_ids[len(word_ids) : -len(word_ids)], nfkc=True)
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids per sentence, all ids concatenated), as `_SplitBuilder._encode` returns them."""
         if not self.verified:
             return self._verify(texts)
         return self._encode(texts)
 
-    def _verify(self, texts: list[str]) -> list[list[int]]:
-        reference = [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=True)]
+    def _reference(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=True)]
+
+    def _verify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        reference = _flatten(self._reference(texts))
         mine = self._encode(texts)
-        if mine != reference:
-            first = next(i for i, (a, b) in enumerate(zip(mine, reference, strict=True)) if a != b)
-            logger.warning(
-                "word-cache encoding differs from the tokenizer on %r; encoding sentence by sentence", texts[first]
-            )
-            self.cache = {}
-            self.encode = lambda batch: [e.ids for e in self.backend.encode_batch_fast(batch, add_special_tokens=True)]
         self.verified = True
+        if all(np.array_equal(a, b) for a, b in zip(mine, reference, strict=True)):
+            return reference
+        ends = np.cumsum(mine[0])
+        rows = np.split(mine[1], ends[:-1]) if len(texts) else []
+        first = next(i for i, (a, b) in enumerate(zip(rows, self._reference(texts), strict=True)) if a.tolist() != b)
+        logger.warning(
+            "word-cache encoding differs from the tokenizer on %r; encoding sentence by sentence", texts[first]
+        )
+        self._clear()
+        self.encode = lambda batch: _flatten(self._reference(batch))
         return reference
 
-    def _encode(self, texts: list[str]) -> list[list[int]]:
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Batch-wide: the sentences joined by spaces and split once give every sentence's words in order (each
+        sentence has `count(" ") + 1` of them), so the lookups, the ids and the lengths are whole-batch operations
+        instead of a Python loop over the sentences."""
+        if not texts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         normalizer = self.backend.normalizer
-        cache = self.cache
-        if len(cache) > self.MAX_WORDS:
-            cache = self.cache = {"": cache[""]}
-        rows: list[list[str] | None] = []
-        missing: set[str] = set()
-        whole: list[int] = []
-        for index, text in enumerate(texts):
+        if len(self.index) > self.MAX_WORDS:
+            self._clear()
+        if normalizer is not None:
             # NFKC leaves ASCII unchanged, so only other text pays for the normaliser call.
-            if normalizer is not None and not text.isascii():
-                text = normalizer.normalize_str(text)
-            if not text or text[0] == " ":
-                rows.append(None)
-                whole.append(index)
-                continue
-            words = text.split(" ")
-            rows.append(words)
-            missing.update(words)
-        missing.difference_update(cache)
-        if missing:
-            missing_list = list(missing)
-            for word, encoding in zip(
-                missing_list, self.backend.encode_batch_fast(missing_list, add_special_tokens=False), strict=True
-            ):
-                cache[word] = encoding.ids
-        result: list[list[int]] = []
-        suffix = self.suffix
-        lookup = cache.__getitem__
-        for words in rows:
-            if words is None:
-                result.append([])
-                continue
-            ids = list(chain.from_iterable(map(lookup, words)))
-            ids += suffix
-            result.append(ids)
-        if whole:
-            encoded = self.backend.encode_batch_fast([texts[i] for i in whole], add_special_tokens=True)
-            for index, encoding in zip(whole, encoded, strict=True):
-                result[index] = encoding.ids
-        return result
+            texts = [text if text.isascii() else normalizer.normalize_str(text) for text in texts]
+        if not all(text and text[0] != " " for text in texts):
+            return self._encode_mixed(texts)
+        words = " ".join(texts).split(" ")
+        numbers = np.fromiter(map(self.index.__getitem__, words), dtype=np.int64, count=len(words))
+        misses = np.flatnonzero(numbers < 0).tolist()
+        if misses:
+            new = list(dict.fromkeys(words[i] for i in misses))
+            self._add(new, [e.ids for e in self.backend.encode_batch_fast(new, add_special_tokens=False)])
+            numbers[misses] = [self.index[words[i]] for i in misses]
+        piece_lengths = self.word_lengths[numbers]
+        word_counts = np.fromiter((text.count(" ") + 1 for text in texts), dtype=np.int64, count=len(texts))
+        first_words = np.cumsum(word_counts) - word_counts
+        # Each word's ids gathered from the pool: position = the word's start + the index within the word.
+        piece_ends = np.cumsum(piece_lengths)
+        within = np.arange(int(piece_ends[-1])) - np.repeat(piece_ends - piece_lengths, piece_lengths)
+        word_ids = self.pool[np.repeat(self.word_starts[numbers], piece_lengths) + within]
+        suffix = np.asarray(self.suffix, dtype=np.int64)
+        lengths = np.add.reduceat(piece_lengths, first_words) + len(suffix)
+        if not len(suffix):
+            return lengths, word_ids
+        # The suffix (the EOS) after each sentence's word ids: scatter the word ids around the suffix positions.
+        values = np.empty(int(lengths.sum()), dtype=np.int64)
+        is_suffix = np.zeros(len(values), dtype=bool)
+        suffix_positions = (np.cumsum(lengths) - len(suffix))[:, None] + np.arange(len(suffix))
+        is_suffix[suffix_positions.ravel()] = True
+        values[is_suffix] = np.tile(suffix, len(texts))
+        values[~is_suffix] = word_ids
+        return lengths, values
+
+    def _encode_mixed(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Sentences the word rule does not cover (empty, or starting with a space after normalisation) go to the
+        tokenizer as they are, the others through `_encode`; then back in order."""
+        whole = [i for i, text in enumerate(texts) if not text or text[0] == " "]
+        rule = [i for i, text in enumerate(texts) if text and text[0] != " "]
+        rows: list[list[int] | None] = [None] * len(texts)
+        for index, ids in zip(whole, self._reference([texts[i] for i in whole]), strict=True):
+            rows[index] = ids
+        if rule:
+            lengths, values = self._encode([texts[i] for i in rule])
+            for index, ids in zip(rule, np.split(values, np.cumsum(lengths)[:-1]), strict=True):
+                rows[index] = ids.tolist()
+        return _flatten(rows)
