@@ -250,7 +250,10 @@ def test_word_cache_encodes_like_the_tokenizer_on_awkward_text(tmp_path):
     raw = _load(_write_pair(tmp_path / "data"), tmp_path / "cache")
     tokenizer = _tokenizer(raw, vocab_size=80)
     assert data_cache._WordCache.for_backend(tokenizer.backend_tokenizer) is not None
-    awkward = ["a  b", "Hund , läuft.", "ﬁsh \u00a0x", "x\ty", "▁a▁b c", "end ", " start", "Ｆull ＡＢ", "e\u0301 café"]
+    # Batches of 9: the second has no sentence the rule leaves out as a whole (so a `▁` inside a sentence must be
+    # caught there), the third has some (empty after NFKC, leading space).
+    awkward = ["x ▁a", "Hund ▁▁b", "a ▁", "a\u00a0▁b", "a  b", "Hund , läuft.", "ﬁsh \u00a0x", "x\ty", "e\u0301 café",
+               "▁a▁b c", "end ", " start", "Ｆull ＡＢ", "\u00a0a"]  # fmt: skip
     plain = SOURCES * 3
     pairs = [{"de": text, "en": "x"} for text in plain + awkward]  # the first batch (verified) is plain text
     dataset = Dataset.from_dict({"translation": pairs})
@@ -359,3 +362,28 @@ def test_default_workers_follow_rayon_num_threads_or_the_cores(monkeypatch):
     assert data_cache.default_num_workers() == 3
     monkeypatch.delenv("RAYON_NUM_THREADS")
     assert data_cache.default_num_workers() == len(os.sched_getaffinity(0))
+
+
+def test_bpe_training_sees_the_same_words_with_sentences_joined():
+    """The BPE trainer gets each batch as one text joined by spaces (tokenizer._joined): it must count exactly the
+    words (pre-tokenizer pieces after NFKC) that the sentences give one by one, awkward starts included."""
+    from collections import Counter
+
+    from tokenizers import normalizers
+
+    sentences = (
+        SOURCES + TARGETS + ["a  b", " start", "\u00a0nbsp", "\u00a8x", "▁a b", "x ▁a", "end ", "", "\tx", "Ａ b"]
+    )
+    pipeline = tokenizer_module.train_joint_bpe(sentences * 3, vocab_size=60).backend_tokenizer
+
+    def words(texts):
+        counts = Counter()
+        for text in texts:
+            counts.update(
+                w for w, _ in pipeline.pre_tokenizer.pre_tokenize_str(pipeline.normalizer.normalize_str(text))
+            )
+        return counts
+
+    joined = tokenizer_module._joined(sentences, normalizers.NFKC())
+    assert len(joined) < len(sentences)  # some were joined
+    assert words(joined) == words(sentences)

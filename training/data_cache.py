@@ -500,8 +500,8 @@ class _WordCache:
 
     Used only when the tokenizer's normalizer, pre-tokenizer, BPE model and post-processor are exactly the joint
     BPE's (compared as JSON), and checked on the first batch against the tokenizer's own `encode_batch`: any
-    difference turns it off for the run. Sentences the rule does not cover (empty, or starting with a space after
-    normalisation) go to the tokenizer as they are.
+    difference turns it off for the run. Sentences the rule does not cover (empty, starting with a space after
+    normalisation, or holding a `▁`) go to the tokenizer as they are.
 
     The cache is a dictionary from word to word number and the words' ids in one array (`pool`, with each word's
     start and length), so that a batch is encoded with one dictionary lookup per word in C (`map`) and array
@@ -593,9 +593,10 @@ class _WordCache:
         if normalizer is not None:
             # NFKC leaves ASCII unchanged, so only other text pays for the normaliser call.
             texts = [text if text.isascii() else normalizer.normalize_str(text) for text in texts]
-        if not all(text and text[0] != " " for text in texts):
+        joined = " ".join(texts)
+        if "\u2581" in joined or not all(text and text[0] != " " for text in texts):
             return self._encode_mixed(texts)
-        words = " ".join(texts).split(" ")
+        words = joined.split(" ")
         numbers = np.fromiter(map(self.index.__getitem__, words), dtype=np.int64, count=len(words))
         misses = np.flatnonzero(numbers < 0).tolist()
         if misses:
@@ -623,10 +624,13 @@ class _WordCache:
         return lengths, values
 
     def _encode_mixed(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Sentences the word rule does not cover (empty, or starting with a space after normalisation) go to the
-        tokenizer as they are, the others through `_encode`; then back in order."""
-        whole = [i for i, text in enumerate(texts) if not text or text[0] == " "]
-        rule = [i for i, text in enumerate(texts) if text and text[0] != " "]
+        """Sentences the word rule does not cover go to the tokenizer as they are, the others through `_encode`; then
+        back in order. Not covered: empty, starting with a space after normalisation, or holding a `▁` (Metaspace adds
+        no `▁` to a text that starts with one, so a word `▁b` encoded alone lacks the lone `▁` piece it gets after a
+        space inside a sentence)."""
+        covered = [bool(text) and text[0] != " " and "\u2581" not in text for text in texts]
+        whole = [i for i, ok in enumerate(covered) if not ok]
+        rule = [i for i, ok in enumerate(covered) if ok]
         rows: list[list[int] | None] = [None] * len(texts)
         for index, ids in zip(whole, self._reference([texts[i] for i in whole]), strict=True):
             rows[index] = ids

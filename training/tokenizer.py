@@ -147,11 +147,38 @@ def _both_sides(dataset: Dataset, source_lang: str, target_lang: str, batch_size
     """Batches of sentences, source then target, read as Arrow record batches (memory bounded by a batch).
 
     Small batches: `train_from_iterator` buffers 256 items of the iterator, here 256 x 1000 sentences (~40 MB).
+    Each batch goes to the trainer as one text, its sentences joined by spaces (see `_joined`).
     """
+    normalizer = normalizers.NFKC()
     for table in dataset.with_format("arrow").iter(batch_size=batch_size):
         pairs = table.column("translation")
         for lang in (source_lang, target_lang):
-            yield pc.struct_field(pairs, [lang]).to_pylist()
+            yield _joined(pc.struct_field(pairs, [lang]).to_pylist(), normalizer)
+
+
+def _joined(texts: list[str], normalizer: normalizers.Normalizer) -> list[str]:
+    """`texts` as one text joined by spaces, plus the sentences that must stay apart: the same words for the trainer.
+
+    The BPE trainer only counts the words the pre-tokenizer makes of each text. Metaspace splits at every space and
+    gives the first word of a text the `▁` a space gives every other word, so joining sentences with one space gives
+    the trainer the same words (and the same vocabulary) with one text to handle per batch instead of a thousand
+    (a fifth less CPU time at 45k pairs, the same tokenizer.json). Not for a sentence that is empty or starts with a
+    space or a `▁` after NFKC (a no-break space, `¨`, ...): Metaspace prepends no `▁` to a text that starts with one,
+    so alone it has no extra `▁` piece, joined it would; those are passed as they are.
+    """
+    joined: list[str] = []
+    apart: list[str] = []
+    for text in texts:
+        first = text[:1]
+        if first.isascii():
+            separate = first in ("", " ")
+        else:
+            separate = normalizer.normalize_str(first)[:1] in (" ", "\u2581")
+        if separate:
+            apart.append(text)
+        else:
+            joined.append(text)
+    return [" ".join(joined), *apart] if joined else apart
 
 
 def load_or_train_tokenizer(
