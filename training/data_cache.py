@@ -385,6 +385,9 @@ class _SplitBuilder:
             # off itself); this process keeps its own setting and its working pool.
             # gc.freeze: the workers' garbage collector then never walks (and so never copies, page by page) the
             # objects they share with this process copy-on-write.
+            from .tokenizer import release_free_heap
+
+            release_free_heap()  # pages the workers would otherwise share and count as theirs
             gc.freeze()
             try:
                 with _environment("TOKENIZERS_PARALLELISM", "false"):

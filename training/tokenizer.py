@@ -26,11 +26,14 @@ model prepends when it shifts the labels right.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -91,6 +94,7 @@ def train_joint_bpe(
         show_progress=show_progress,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
+    release_free_heap()
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         if tokenizer.token_to_id(token) != expected_id:
             raise RuntimeError(f"special token {token!r} got id {tokenizer.token_to_id(token)}, expected {expected_id}")
@@ -108,6 +112,18 @@ def train_joint_bpe(
         # The Metaspace decoder already restores the spacing; HF's clean-up would glue " ." to ".".
         clean_up_tokenization_spaces=False,
     )
+
+
+def release_free_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere).
+
+    The BPE trainer's word and pair tables are freed when training ends, but glibc keeps most of those pages (450 MB
+    of 910 MB after training on 450k pairs); the data path keeps running for minutes after, and forks workers.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _set_pipeline(tokenizer: Tokenizer) -> None:
