@@ -34,7 +34,9 @@ logger = logging.get_logger(__name__)
 # length during inference to input length + 50, but terminate early when possible." The one definition of the
 # paper's decoding: the model's default generation config and the training recipe both read it.
 # early_stopping="never" is Hugging Face's form of "terminate early when possible": a source's search ends once no
-# running beam can still beat its finished hypotheses under the length penalty.
+# running beam can still beat its finished hypotheses under the length penalty. The paper's code (tensor2tensor's
+# beam search, stop_early=True) ends it once the best running beam, scored at the maximum length, cannot beat the
+# best finished hypothesis; the row-dropping loop ends sources by that rule (`_returned_hypotheses_can_change`).
 PAPER_DECODING = MappingProxyType(
     {
         "num_beams": 4,
@@ -380,7 +382,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         cur_len = prompt_length
         while True:
             model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
-            next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
+            # No copy (the stock loop copies): nothing else holds `outputs`, and the processors return new tensors.
+            next_token_logits = outputs.logits[:, -1].to(dtype=torch.float32, device=input_ids.device)
             del outputs
             # max(...).indices is argmax (both documented to return the first of tied maxima), faster on the CPU
             next_tokens = logits_processor(input_ids, next_token_logits).max(dim=-1).indices
@@ -576,11 +579,14 @@ class VaswaniGenerationMixin(GenerationMixin):
         cur_len = prompt_length
         while True:
             model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder=True)
-            logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+            # A view, not the stock loop's copy, and the beam scores added in place: two fewer (rows, vocab) buffers
+            # a step; the same values.
+            logits = outputs.logits[:, -1, :].to(dtype=torch.float32, device=device)
             del outputs
             log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
             batch_size = sources.shape[0]
-            log_probs = log_probs.view(batch_size, num_beams, -1) + running_beam_scores[:, :, None]
+            # contiguous(): a processor may return a strided tensor (RepetitionPenaltyLogitsProcessor).
+            log_probs = log_probs.contiguous().view(batch_size, num_beams, -1).add_(running_beam_scores[:, :, None])
             topk_log_probs, topk_running_sequences, topk_running_beam_indices = self._get_top_k_continuations(
                 accumulated_log_probs=log_probs.view(batch_size, -1),
                 running_sequences=running_sequences,
