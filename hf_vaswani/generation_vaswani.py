@@ -106,6 +106,9 @@ _ROW_WISE_LOGITS_PROCESSORS = (
     logits_process.LogitNormalization,
 )
 _ROW_WISE_STOPPING_CRITERIA = (EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria)
+# The generate() inputs with one row per sequence, which `_select_model_kwargs_rows` compacts (besides the cache).
+_PER_ROW_MASKS = ("attention_mask", "decoder_attention_mask")
+_PER_ROW_INPUTS = (*_PER_ROW_MASKS, "encoder_outputs")
 _ROW_DROPPING_MODEL_KWARGS = {
     "attention_mask",
     "decoder_attention_mask",
@@ -454,7 +457,7 @@ class VaswaniGenerationMixin(GenerationMixin):
     def _select_model_kwargs_rows(model_kwargs: dict, rows: torch.LongTensor) -> dict:
         """generate()'s per-row inputs, keeping only `rows` (in that order)."""
         selected = dict(model_kwargs)
-        for key in ("attention_mask", "decoder_attention_mask"):
+        for key in _PER_ROW_MASKS:
             if selected.get(key) is not None:
                 selected[key] = selected[key][rows]
         encoder_outputs = selected["encoder_outputs"]
@@ -574,7 +577,19 @@ class VaswaniGenerationMixin(GenerationMixin):
             results[sources[done]] = sequences[done, :num_return_sequences]
             result_lengths[sources[done]] = (beam_indices[done, :num_return_sequences] != -1).sum(-1).long()
 
-        outputs = self._prefill(input_ids, generation_config, model_kwargs)
+        # The first step on one beam per source: the beams of a source are still the same sequence (only the first
+        # can be continued, the others score -1e9), so the decoder runs on the first and its cache (the encoder-decoder
+        # keys and values included) and logits are copied to the others. The stock loop computes all num_beams.
+        expanded_kwargs = model_kwargs
+        first_beams = torch.arange(0, num_rows, num_beams, device=device)
+        model_kwargs = self._select_model_kwargs_rows(model_kwargs, first_beams)
+        outputs = self._prefill(input_ids[first_beams], generation_config, model_kwargs)
+        outputs.past_key_values.batch_repeat_interleave(num_beams)
+        outputs.logits = outputs.logits.repeat_interleave(num_beams, dim=0)
+        model_kwargs = {
+            **model_kwargs,
+            **{key: expanded_kwargs[key] for key in _PER_ROW_INPUTS if key in expanded_kwargs},
+        }
         flat_running_sequences = input_ids
         cur_len = prompt_length
         while True:
