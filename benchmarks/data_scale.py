@@ -231,6 +231,7 @@ def child(args: argparse.Namespace) -> None:
             "--max_source_length", "256", "--max_target_length", "256", "--long_sentences", "truncate",
             "--max_tokens", "25000", "--report_to", "none",
         ]
+        + (["--preprocessing_num_workers", str(args.workers)] if args.workers else [])
     )  # fmt: skip
     imported = time.monotonic()
     prepared = train.prepare_training_data(model_args, data_args, training_args)
@@ -259,11 +260,11 @@ def child(args: argparse.Namespace) -> None:
     )
 
 
-def measure(corpus: Path, output_dir: Path, vocab_size: int, env: dict[str, str]) -> dict:
+def measure(corpus: Path, output_dir: Path, vocab_size: int, env: dict[str, str], workers: int | None) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     command = [sys.executable, __file__, "--child", "--corpus", str(corpus), "--output-dir", str(output_dir)]
-    command += ["--vocab-size", str(vocab_size)]
+    command += ["--vocab-size", str(vocab_size)] + (["--workers", str(workers)] if workers else [])
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -283,6 +284,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="45000,450000", help="Comma-separated training pair counts.")
     parser.add_argument("--runs", type=int, default=2, help="Runs per size: the first builds caches.")
     parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="Pass --preprocessing_num_workers N to the training arguments (tokenising processes and the tokenizer's "
+        "threads); default: all cores. --workers 1 is the one-core reference for a speed-up.",
+    )
     parser.add_argument("--workdir", default="/tmp/vaswani_data_scale", help="Corpus and caches (not the repo).")
     parser.add_argument("--json", default=None, help="Also write the results here.")
     parser.add_argument("--keep-cache", action="store_true", help="Start from existing caches (default: clear).")
@@ -310,8 +318,8 @@ def main() -> None:
         for run in range(1, args.runs + 1):
             output_dir = workdir / f"out-{size}-{run}"
             shutil.rmtree(output_dir, ignore_errors=True)
-            result = measure(corpus, output_dir, args.vocab_size, env)
-            result.update(pairs=size, run=run)
+            result = measure(corpus, output_dir, args.vocab_size, env, args.workers)
+            result.update(pairs=size, run=run, workers=args.workers or "all")
             rows.append(result)
             print(json.dumps(result), flush=True)
             shutil.rmtree(output_dir, ignore_errors=True)
@@ -332,7 +340,7 @@ def main() -> None:
         cells = [
             f"{name} {p['wall_s']:.1f}" + (f" / {p['cpu_s']:.1f}" if "cpu_s" in p else "") for name, p in phases.items()
         ]
-        print(f"{r['pairs']:>9} run {r['run']}: " + ", ".join(cells))
+        print(f"{r['pairs']:>9} run {r['run']} (workers: {r.get('workers', 'all')}): " + ", ".join(cells))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 
