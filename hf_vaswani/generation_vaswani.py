@@ -52,9 +52,13 @@ def set_paper_decoding(generation_config: GenerationConfig, **overrides) -> Gene
     """Write the paper's decoding (`PAPER_DECODING`, then `overrides`) into `generation_config`; returns it.
 
     Set attribute by attribute: `length_penalty_type` and `max_length_offset` are this model's entries, which
-    `GenerationConfig.update` would not take.
+    `GenerationConfig.update` would not take. With `num_beams=1` (greedy) the beam-search-only entries
+    (`length_penalty`, `early_stopping`) are left unset, as transformers refuses to save a greedy config holding them.
     """
-    for name, value in {**PAPER_DECODING, **overrides}.items():
+    settings = {**PAPER_DECODING, **overrides}
+    if settings["num_beams"] == 1:
+        settings.update(length_penalty=None, early_stopping=None)
+    for name, value in settings.items():
         setattr(generation_config, name, value)
     return generation_config
 

@@ -3,9 +3,10 @@ import functools
 
 import pytest
 import torch
+from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from hf_vaswani import PAPER_DECODING, gnmt_length_penalty
+from hf_vaswani import PAPER_DECODING, gnmt_length_penalty, set_paper_decoding
 from tests.conftest import tiny_model
 
 PAD, BOS, EOS = 1, 0, 2
@@ -283,6 +284,16 @@ def test_default_decoding_is_the_papers(model):
     assert {name: getattr(config, name) for name in PAPER_DECODING} == dict(PAPER_DECODING)
     assert (PAPER_DECODING["num_beams"], PAPER_DECODING["length_penalty"]) == (4, 0.6)
     assert (PAPER_DECODING["length_penalty_type"], PAPER_DECODING["max_length_offset"]) == ("gnmt", 50)
+
+
+def test_greedy_paper_decoding_saves_and_loads(model, tmp_path):
+    """--generation_num_beams 1 once ended training with a traceback: transformers refuses to save a greedy config
+    holding length_penalty or early_stopping."""
+    config = set_paper_decoding(copy.deepcopy(model.generation_config), num_beams=1)
+    config.save_pretrained(tmp_path)
+    loaded = GenerationConfig.from_pretrained(tmp_path)
+    assert (loaded.num_beams, loaded.length_penalty, loaded.early_stopping) == (1, None, None)
+    assert loaded.max_length_offset == PAPER_DECODING["max_length_offset"]
 
 
 @torch.no_grad()
