@@ -1,18 +1,20 @@
 #!/usr/bin/env python
-"""Serving speed and agreement: this project's generate() against CTranslate2 (float32 and int8), one run.
+"""Serving speed and agreement: this project's generate() against MarianMTModel and CTranslate2, one run.
 
     python benchmarks/serving.py --model-dir outputs/multi30k-de-en --threads 2
     python benchmarks/serving.py --model-dir DIR --limit 200 --splits test     # a quick look
 
 A benchmark, not a test: it prints measured numbers (and writes them to `--output` as JSON) and asserts nothing
-about time. Same weights in every engine: the model folder, and its conversions through
-`hf_vaswani_training.ctranslate2_export` (CTranslate2's converter with this project's loader). Data: Multi30K
+about time. Same weights in every engine: the model folder, its conversions through
+`hf_vaswani_training.ctranslate2_export` (CTranslate2's converter with this project's loader; float32 and int8), and
+a `transformers.MarianMTModel` holding copies of them (`benchmarks/marian/models.marian_from_ours`: the same
+function, the §3.5 table given to Marian; `--no-marian` skips it). Data: Multi30K
 (`--data-dir`, default ../shared/data/multi30k or $MULTI30K_DIR), read by path: test_2016_flickr and val, de->en.
 
 Every engine decodes the same length-sorted batches (`--batch-size` sentences, the batching of
 `training.decoding.translate`), with `--threads` intra-op threads. Decoding settings:
 - generate(), CTranslate2's rules: Hugging Face length penalty alpha 0.6 (log P / |Y|^alpha), early_stopping=True,
-  outputs at most (longest source of the batch) + 50 tokens. Both CTranslate2 rows use exactly these, so
+  outputs at most (longest source of the batch) + 50 tokens. The Marian and CTranslate2 rows use exactly these, so
   "tokens identical" compares the engines, not the settings.
 - generate(), the paper's defaults (the model's generation_config): GNMT penalty ((5 + |Y|) / 6)^0.6,
   early_stopping="never", each source's own limit (its length + 50). CTranslate2 cannot express these three; the
@@ -41,6 +43,8 @@ import sacrebleu
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # benchmarks.marian
 DEFAULT_DATA_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
 SPLIT_FILES = {"test": "test_2016_flickr", "validation": "val"}
 OFFSET = 50  # §6.1: outputs at most source length + 50
@@ -77,24 +81,36 @@ class Timer:
 
 def generate_ids(model, tokenizer, encoded, batches, limit: str, **kwargs) -> tuple[list[list[int]], Timer]:
     """generate() over `batches`: each sentence's best output as ids (no start token, EOS or padding), and the time.
-    `limit`: "batch" (max_new_tokens = longest source of the batch + 50) or "row" (each source its own + 50)."""
+    `limit`: "batch" (max_new_tokens = longest source of the batch + 50), "row" (each source its own + 50; this
+    model only), or "marian" (the batch limit, for a model without `max_length_offset`)."""
     from hf_vaswani_training.ctranslate2_export import strip_special
 
     config = model.config
     outputs: list = [None] * len(encoded)
+    # The search's work: decoder rows computed (one per running sequence per step), counted at the decoder's input.
+    decoder_rows = [0]
+
+    def count_rows(module, args, kwargs):
+        tokens = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
+        decoder_rows[0] += tokens.shape[0]
+
+    hook = model.get_decoder().register_forward_pre_hook(count_rows, with_kwargs=True)
     with Timer() as timer, torch.no_grad():
         for batch in batches:
             features = [{"input_ids": encoded[i], "attention_mask": [1] * len(encoded[i])} for i in batch]
             inputs = tokenizer.pad(features, return_tensors="pt")
-            if limit == "batch":
+            if limit in ("batch", "marian"):
                 longest = max(len(encoded[i]) for i in batch)
-                rows = model.generate(**inputs, max_new_tokens=longest + OFFSET, max_length_offset=None, **kwargs)
+                extra = {"max_length_offset": None} if limit == "batch" else {}
+                rows = model.generate(**inputs, max_new_tokens=longest + OFFSET, **extra, **kwargs)
             else:
                 rows = model.generate(**inputs, max_length_offset=OFFSET, **kwargs)
             for index, row in zip(batch, rows.tolist(), strict=True):
                 outputs[index] = strip_special(
                     row, config.decoder_start_token_id, config.eos_token_id, config.pad_token_id
                 )
+    hook.remove()
+    timer.decoder_rows = decoder_rows[0]
     return outputs, timer
 
 
@@ -117,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for every engine")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per length-sorted batch")
     parser.add_argument("--no-ablation", action="store_true", help="skip the two intermediate BLEU runs")
+    parser.add_argument("--no-marian", action="store_true", help="skip MarianMTModel holding the same weights")
     parser.add_argument(
         "--full-splits",
         default="test",
@@ -138,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    engines = {"torch": model}
+    if not args.no_marian:
+        from benchmarks.marian.models import marian_from_ours
+
+        with torch.no_grad():
+            engines["marian"] = marian_from_ours(model).eval()
     work = tempfile.TemporaryDirectory(prefix="serving-")
     translators = {}
     for name, quantization in (("ct2_float32", None), ("ct2_int8", "int8")):
@@ -161,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
                 dict(num_beams=4, **{**paper, "length_penalty_type": None}),
                 "batch",
             ),
+        ]
+    if "marian" in engines:
+        runs += [
+            ("marian_greedy", "marian", dict(num_beams=1), "marian"),
+            ("marian_beam", "marian", dict(num_beams=4, length_penalty=ALPHA, early_stopping=True), "marian"),
         ]
     for name in translators:
         runs += [
@@ -189,21 +217,27 @@ def main(argv: list[str] | None = None) -> int:
         batches = _length_sorted_batches([len(ids) for ids in encoded], 10**9, args.batch_size)
         # Warm-up: one batch through every engine, so that first-call costs are not timed.
         warm = [sources[i] for i in batches[0]]
-        generate_ids(model, tokenizer, [encoded[i] for i in batches[0]], [list(range(len(warm)))], "batch", num_beams=4)
+        for engine, module in engines.items():
+            limit = "marian" if engine == "marian" else "batch"
+            generate_ids(
+                module, tokenizer, [encoded[i] for i in batches[0]], [list(range(len(warm)))], limit, num_beams=4
+            )
         for translator in translators.values():
             ctranslate2_ids(translator, warm, args.batch_size, num_beams=4)
         results = {}
         full = split in args.full_splits.split(",")
         for name, engine, options, limit in runs:
-            if not full and engine == "torch" and name not in ("generate_beam", "generate_beam_paper"):
+            if not full and engine in engines and name not in ("generate_beam", "generate_beam_paper"):
                 continue
-            if engine == "torch":
-                ids, timer = generate_ids(model, tokenizer, encoded, batches, limit, **options)
+            if engine in engines:
+                ids, timer = generate_ids(engines[engine], tokenizer, encoded, batches, limit, **options)
             else:
                 ids, timer = ctranslate2_ids(translators[engine], sources, args.batch_size, **options)
             texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
             bleu = sacrebleu.corpus_bleu(texts, [references]).score
             results[name] = {"ids": ids, "wall_s": timer.wall, "cpu_s": timer.cpu, "bleu": bleu}
+            if hasattr(timer, "decoder_rows"):
+                results[name]["decoder_rows"] = timer.decoder_rows
             logger.info(
                 "%s %-32s %6.1f sent/s  cpu %6.1f s  BLEU %5.2f  (load %s)",
                 split, name, len(sources) / timer.wall, timer.cpu, bleu, loadavg(),
@@ -242,6 +276,7 @@ def print_report(report: dict) -> None:
         rows = [
             ("generate() (HF length penalty, early stop, batch src+50)", "generate_greedy", "generate_beam"),
             ("generate(), the paper's defaults (GNMT 0.6, never, per-row src+50)", None, "generate_beam_paper"),
+            ("MarianMTModel, the same weights", "marian_greedy", "marian_beam"),
             ("CTranslate2 float32", "ct2_float32_greedy", "ct2_float32_beam"),
             ("CTranslate2 int8", "ct2_int8_greedy", "ct2_int8_beam"),
         ]
@@ -254,8 +289,19 @@ def print_report(report: dict) -> None:
                 f"| {label} | {_cell(g, 'sent_per_s', '.0f')} | {_cell(b, 'sent_per_s', '.0f')} | {identical} "
                 f"| {_cell(g, 'bleu', '.2f')} | {_cell(b, 'bleu', '.2f')} |"
             )
+        searched = {name: r for name, r in results.items() if r.get("decoder_rows")}
+        if searched:
+            print(
+                "\nsearch work (PyTorch engines): decoder rows per sentence (one per running sequence per step) and "
+                "process CPU time per row"
+            )
+            for name, r in searched.items():
+                per_sentence = r["decoder_rows"] / data["sentences"]
+                print(
+                    f"  {name:<32} {per_sentence:6.1f} rows/sentence  {1e6 * r['cpu_s'] / r['decoder_rows']:6.0f} µs/row"
+                )
         print("\nratios (wall clock; process CPU time in parentheses):")
-        for engine in ("ct2_float32", "ct2_int8"):
+        for engine in ("marian", "ct2_float32", "ct2_int8"):
             for mode, reference in (
                 ("greedy", "generate_greedy"),
                 ("beam", "generate_beam"),
