@@ -294,6 +294,7 @@ def tokenize_splits(
                 max_target_length=data_args.max_target_length,
                 long_sentences=data_args.long_sentences,
                 cache_root=cache_dir,
+                num_workers=data_args.preprocessing_num_workers,
             )
         except LongSentencesError as error:
             raise UsageError(str(error)) from None
