@@ -44,7 +44,7 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # benchmarks.marian
+    sys.path.append(str(REPO_ROOT))  # for benchmarks.marian; last, so PYTHONPATH can point hf_vaswani at another tree
 DEFAULT_DATA_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
 SPLIT_FILES = {"test": "test_2016_flickr", "validation": "val"}
 OFFSET = 50  # §6.1: outputs at most source length + 50
