@@ -27,6 +27,7 @@ from hf_vaswani_training.prepare_wmt import prepare
 from hf_vaswani_training.toy_corpus import generate_corpus
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import HubStub, hub_env
+from tests.test_cli_errors import assert_one_line_error
 from tests.test_data import make_hub_folder
 
 REPO_ID = "user/wmt-mini"
@@ -140,16 +141,9 @@ def run_commands(commands: list[tuple[str, list[str]]], env: dict) -> list[dict]
     return json.loads(completed.stdout.rsplit("RESULTS ", 1)[1])
 
 
-def assert_one_line_error(result: dict, command: str, *fragments: str) -> str:
-    """Exit status 2 and stderr's last line is the only `vaswani-COMMAND: error: ...` line, holding every fragment."""
-    stderr = result["stderr"]
-    assert result["status"] == 2, stderr
-    assert "Traceback" not in stderr, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith(f"vaswani-{command}: error: ")]
-    assert len(errors) == 1 and stderr.rstrip("\n").endswith(errors[0]), stderr
-    for fragment in fragments:
-        assert fragment in errors[0], (fragment, errors[0])
-    return errors[0]
+def assert_error(result: dict, command: str, *fragments: str) -> str:
+    """The subprocess's exit status and stderr, checked as the in-process CLI tests check theirs."""
+    return assert_one_line_error(result["status"], result["stderr"], command, *fragments)
 
 
 @pytest.fixture(scope="module")
@@ -267,9 +261,7 @@ def test_a_second_run_offline_uses_the_downloaded_copy(hub, online_run):
     first = json.loads((first_output / "results.json").read_text(encoding="utf-8"))
     second = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
     assert second["data_stats"] == first["data_stats"]
-    assert_one_line_error(
-        results[1], "train", f"--dataset_name {REPO_ID} --dataset_config_name fr-en", "HF_HUB_OFFLINE"
-    )
+    assert_error(results[1], "train", f"--dataset_name {REPO_ID} --dataset_config_name fr-en", "HF_HUB_OFFLINE")
     assert not (root / "run-offline-fr").exists()
 
 
@@ -285,11 +277,11 @@ def test_hub_dataset_errors_are_one_line(hub, tmp_path):
         ],
         hub_env(stub.url, tmp_path / "home"),
     )
-    assert_one_line_error(results[0], "train", "--dataset_config_name cs-en", REPO_ID, "de-en, fr-en")
-    assert_one_line_error(results[1], "train", f"--dataset_name {REPO_ID}", "--dataset_config_name", "de-en, fr-en")
-    assert_one_line_error(results[2], "train", "--dataset_name user/no-such-wmt", "no such repository on the Hub")
-    assert_one_line_error(results[3], "prepare-wmt", "--dataset_config_name cs-en", "de-en, fr-en")
-    assert_one_line_error(results[4], "prepare-wmt", "--dataset_name user/no-such-wmt", "doesn't exist on the Hub")
+    assert_error(results[0], "train", "--dataset_config_name cs-en", REPO_ID, "de-en, fr-en")
+    assert_error(results[1], "train", f"--dataset_name {REPO_ID}", "--dataset_config_name", "de-en, fr-en")
+    assert_error(results[2], "train", "--dataset_name user/no-such-wmt", "no such repository on the Hub")
+    assert_error(results[3], "prepare-wmt", "--dataset_config_name cs-en", "de-en, fr-en")
+    assert_error(results[4], "prepare-wmt", "--dataset_name user/no-such-wmt", "doesn't exist on the Hub")
     assert not [path.name for path in tmp_path.iterdir() if path.name != "home"]
     assert not stub.unhandled, stub.unhandled
 
