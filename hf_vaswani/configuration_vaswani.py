@@ -54,7 +54,7 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type = "vaswani"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's name from transformers 5.24 on, and before
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

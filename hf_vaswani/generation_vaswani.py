@@ -2,9 +2,9 @@
 
 The paper decodes with beam search (beam 4), the GNMT length penalty (alpha 0.6) and a maximum output length of
 input length + 50 (§6.1). Hugging Face's `GenerationMixin` has no GNMT penalty and no per-row length limit; this
-mixin adds both, and lets greedy and beam search stop computing rows that have finished. It imports only torch and
-transformers, and `modeling_vaswani.py` imports it as a sibling (`from .generation_vaswani import ...`), which is
-what makes `save_pretrained` copy it with the model's code.
+mixin adds both, and lets greedy and beam search stop computing rows that have finished. It imports only torch,
+transformers and its sibling `compat_vaswani.py`, and `modeling_vaswani.py` imports it as a sibling
+(`from .generation_vaswani import ...`), which is what makes `save_pretrained` copy it with the model's code.
 """
 
 import copy
@@ -27,6 +27,8 @@ from transformers.generation.stopping_criteria import (
 )
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
+
+from .compat_vaswani import CACHE_NAME, output_cache
 
 logger = logging.get_logger(__name__)
 
@@ -117,7 +119,7 @@ _ROW_DROPPING_MODEL_KWARGS = {
     "attention_mask",
     "decoder_attention_mask",
     "encoder_outputs",
-    "past_key_values",
+    CACHE_NAME,  # generate()'s key for the cache: `cache` from transformers 5.24, `past_key_values` before
     "use_cache",
 }
 
@@ -415,7 +417,7 @@ class VaswaniGenerationMixin(GenerationMixin):
     def _can_drop_finished_rows(
         self, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
     ) -> bool:
-        cache = model_kwargs.get("past_key_values")
+        cache = model_kwargs.get(CACHE_NAME)
         return (
             (_BEAM_SEARCH_MISMATCH if generation_config.num_beams > 1 else _GREEDY_MISMATCH) is None
             and getattr(generation_config, "drop_finished_rows", True)
@@ -471,10 +473,10 @@ class VaswaniGenerationMixin(GenerationMixin):
                 for name, value in encoder_outputs.items()
             }
         )
-        selected["past_key_values"].batch_select_indices(rows)
+        selected[CACHE_NAME].batch_select_indices(rows)
         return selected
 
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search's hook for keeping the cache rows of the surviving hypotheses (`GenerationMixin._beam_search`).
 
         Only the self-attention cache moves. The encoder-decoder keys and values of the beams of one source are
@@ -482,11 +484,11 @@ class VaswaniGenerationMixin(GenerationMixin):
         beams within a source, so the stock reorder of that cache copies every row onto an identical one, each
         step: about a tenth of beam search's time on the CPU (benchmarks/README.md). Not in Marian.
         """
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
         else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
+            cache.reorder_cache(beam_idx)
+        return cache
 
     # Read by the two scoring hooks below: True while a beam search with length_penalty_type="gnmt" runs.
     _gnmt_length_penalty = False
@@ -588,7 +590,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         first_beams = torch.arange(0, num_rows, num_beams, device=device)
         model_kwargs = self._select_model_kwargs_rows(model_kwargs, first_beams)
         outputs = self._prefill(input_ids[first_beams], generation_config, model_kwargs)
-        outputs.past_key_values.batch_repeat_interleave(num_beams)
+        output_cache(outputs).batch_repeat_interleave(num_beams)
         outputs.logits = outputs.logits.repeat_interleave(num_beams, dim=0)
         model_kwargs = {
             **model_kwargs,
@@ -644,7 +646,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                 early_stopping=early_stopping,
             )
             beam_idx = running_beam_indices[..., cur_len - prompt_length].flatten()
-            model_kwargs["past_key_values"] = self._reorder_cache(model_kwargs["past_key_values"], beam_idx)
+            model_kwargs[CACHE_NAME] = self._reorder_cache(model_kwargs[CACHE_NAME], beam_idx)
             cur_len += 1
             is_searching = self._check_early_stop_heuristic(
                 is_early_stop_heuristic_unsatisfied=is_searching,

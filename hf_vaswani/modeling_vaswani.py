@@ -29,11 +29,14 @@ from transformers.utils.generic import can_return_tuple
 
 from .compat_vaswani import (
     OutputRecorder,
+    accepts_past_key_values,
+    cache_field,
     capture_outputs,
     create_bidirectional_mask,
     create_causal_mask,
     get_attention_interface,
     merge_with_config_defaults,
+    output_cache,
 )
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, set_paper_decoding
@@ -174,7 +177,7 @@ class VaswaniAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
@@ -184,17 +187,13 @@ class VaswaniAttention(nn.Module):
         query_states = query_states.view(batch_size, query_length, -1, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
 
         layer_cache = None
-        if past_key_values is not None:
-            if isinstance(past_key_values, EncoderDecoderCache):
-                layer_cache = (
-                    past_key_values.cross_attention_cache
-                    if is_cross_attention
-                    else past_key_values.self_attention_cache
-                )
+        if cache is not None:
+            if isinstance(cache, EncoderDecoderCache):
+                layer_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
             else:
-                layer_cache = past_key_values
+                layer_cache = cache
 
-        if is_cross_attention and layer_cache is not None and past_key_values.is_updated.get(self.layer_idx):
+        if is_cross_attention and layer_cache is not None and cache.is_updated.get(self.layer_idx):
             # The encoder output does not change while decoding: its keys and values are projected once per source.
             key_states = layer_cache.layers[self.layer_idx].keys
             value_states = layer_cache.layers[self.layer_idx].values
@@ -206,7 +205,7 @@ class VaswaniAttention(nn.Module):
             if layer_cache is not None:
                 key_states, value_states = layer_cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
 
         attention_interface: Callable = get_attention_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -309,16 +308,14 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
         # --- sub-layer 1: masked multi-head self-attention (position i sees positions <= i, §3.2.3) ---
         residual = hidden_states
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(
-            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
-        )
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, cache=cache, **kwargs)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         hidden_states = residual + hidden_states
         if not self.normalize_before:
@@ -335,7 +332,7 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
                 hidden_states,
                 key_value_states=encoder_hidden_states,
                 attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
             hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
@@ -519,6 +516,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
+    @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -527,7 +525,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -537,11 +535,11 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         # One-token steps on a cache the caller passed are generate() feeding back the model's own argmax/samples:
         # checking their ids would only add a host sync per generated token. Decided on shapes and on whether a cache
         # was given, never on the cache length (a tensor for a static cache, which a compiled graph cannot branch on).
-        check_ids = past_key_values is None or (input_ids is not None and input_ids.shape[-1] > 1)
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        check_ids = cache is None or (input_ids is not None and input_ids.shape[-1] > 1)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         # An int for a dynamic cache, a tensor for a static one: used only in arithmetic, never in a Python `if`.
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
 
         if inputs_embeds is None:
             if check_ids:
@@ -555,16 +553,9 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         positions = positions.to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(inputs_embeds + positions, p=self.dropout, training=self.training)
 
-        self_attention_cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=self_attention_cache
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -578,14 +569,12 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
                 causal_mask,
                 encoder_hidden_states,  # positional, so gradient checkpointing passes it through
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **cache_field(cache))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -618,6 +607,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
     # return_dict=False: the decorator takes it out of kwargs and turns the result into a tuple at the end, so the
     # encoder and decoder below always return their output classes (as in Marian).
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -626,7 +616,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -652,7 +642,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             return_dict=True,
@@ -660,7 +650,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **cache_field(output_cache(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -708,6 +698,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -716,7 +707,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -751,7 +742,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -786,7 +777,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         return Seq2SeqLMOutput(
             loss=loss,
             logits=None if loss_only else logits,
-            past_key_values=outputs.past_key_values,
+            **cache_field(output_cache(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")  # torch.onnx.export(dynamo=True) translates through it
 
+from hf_vaswani.compat_vaswani import output_cache  # noqa: E402
 from hf_vaswani_training.export import (  # noqa: E402
     CONFIG_FILE,
     CROSS_ATTENTION_FILE,
@@ -147,7 +148,7 @@ def test_decoder_steps_match_a_full_forward_with_an_empty_and_a_growing_past(ref
         forward = reference(
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=prefix, use_cache=True
         )
-    cache = forward.past_key_values.self_attention_cache
+    cache = output_cache(forward).self_attention_cache
 
     (encoder_hidden_states,) = sessions[ENCODER_FILE].run(
         None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}

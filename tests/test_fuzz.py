@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from hf_vaswani.compat_vaswani import output_cache
 
 BOS, PAD, EOS = 0, 1, 2  # VaswaniConfig's defaults (fairseq's layout)
 FUZZ = settings(
@@ -135,10 +136,10 @@ def test_incremental_decoding_equals_the_full_forward(case, data):
             encoder_outputs=encoder_outputs,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids[:, start:end],
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         )
-        cache, start = out.past_key_values, end
+        cache, start = output_cache(out), end
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-4, rtol=1e-4)
     assert cache.get_seq_length() == decoder_input_ids.shape[1]

@@ -7,6 +7,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vaswani import PAPER_DECODING, gnmt_length_penalty, set_paper_decoding
+from hf_vaswani.compat_vaswani import output_cache
 from tests.conftest import tiny_model
 
 PAD, BOS, EOS = 1, 0, 2
@@ -73,13 +74,60 @@ def test_incremental_decoding_equals_full_forward(attn_implementation):
             encoder_outputs=encoder_outputs,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids[:, t : t + 1],
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         )
-        cache = out.past_key_values
+        cache = output_cache(out)
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     assert cache.get_seq_length() == decoder_input_ids.shape[1]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("drop_finished_rows", [True, False])
+def test_generate_feeds_each_step_the_cache_of_the_steps_before(trained, num_beams, drop_finished_rows):
+    # transformers 5.24 renamed the cache argument (past_key_values -> cache): a model taking only the old name got
+    # no cache from generate(), built an empty one each step and decoded every token without its history.
+    input_ids, attention_mask = _sources(lengths=(6, 3, 5), vocab=20)
+    cache_lengths = []
+
+    def record(module, args, kwargs):
+        cache = kwargs.get("cache")
+        cache_lengths.append(None if cache is None else cache.self_attention_cache.get_seq_length())
+
+    hook = trained.model.decoder.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        trained.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            num_beams=num_beams,
+            max_new_tokens=6,
+            min_new_tokens=6,
+            drop_finished_rows=drop_finished_rows,
+        )
+    finally:
+        hook.remove()
+    assert cache_lengths == list(range(6))
+
+
+def test_the_cache_is_also_taken_under_its_name_before_transformers_5_24(trained):
+    input_ids, attention_mask = _sources(vocab=20)
+    decoder_input_ids = torch.full((3, 1), BOS)
+    with torch.no_grad():
+        encoder_outputs = trained.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+        old, new = (
+            EncoderDecoderCache(DynamicCache(config=trained.config), DynamicCache(config=trained.config))
+            for _ in range(2)
+        )
+        common = dict(encoder_outputs=encoder_outputs, attention_mask=attention_mask, use_cache=True)
+        by_old_name = trained(decoder_input_ids=decoder_input_ids, past_key_values=old, **common)
+        by_new_name = trained(decoder_input_ids=decoder_input_ids, cache=new, **common)
+    assert output_cache(by_old_name) is old and output_cache(by_new_name) is new
+    assert old.get_seq_length() == new.get_seq_length() == 1
+    torch.testing.assert_close(by_old_name.logits, by_new_name.logits, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="give the KV cache once"):
+        trained(decoder_input_ids=decoder_input_ids, past_key_values=old, cache=new, **common)
 
 
 @torch.no_grad()

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from hf_vaswani import sinusoidal_position_encoding
+from hf_vaswani.compat_vaswani import output_cache
 from tests.conftest import tiny_config, tiny_model
 
 PAD, BOS, EOS = 1, 0, 2
@@ -442,9 +443,9 @@ def test_decoder_alone_skips_cross_attention_and_stays_causal(model):
     cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
     steps = []
     for t in range(target.shape[1]):
-        out = decoder(input_ids=target[:, t : t + 1], past_key_values=cache, use_cache=True)
+        out = decoder(input_ids=target[:, t : t + 1], cache=cache, use_cache=True)
         steps.append(out.last_hidden_state)
-        cache = out.past_key_values
+        cache = output_cache(out)
     assert cache.self_attention_cache.get_seq_length() == target.shape[1]
     assert cache.cross_attention_cache.get_seq_length() == 0
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)

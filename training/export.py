@@ -134,7 +134,7 @@ def _graph_modules():
                 input_ids=decoder_input_ids,
                 encoder_hidden_states=encoder_hidden_states,
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             ).last_hidden_state
             logits = self.lm_head(hidden_states)  # (B, 1, vocab)

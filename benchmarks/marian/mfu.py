@@ -63,7 +63,8 @@ class GenerationFlopCounter:
     def _decoder(self, module, args, kwargs):
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         rows, new = input_ids.shape
-        cache = kwargs.get("past_key_values")
+        # transformers 5.24 renamed the cache argument from past_key_values to cache
+        cache = kwargs["cache"] if kwargs.get("cache") is not None else kwargs.get("past_key_values")
         past = cache.get_seq_length() if cache is not None else 0
         source = kwargs["encoder_hidden_states"].shape[1]
         c, d = self.config, self.config.d_model
