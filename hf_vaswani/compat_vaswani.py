@@ -7,6 +7,7 @@ modeling file (`from .compat_vaswani import ...`), so `save_pretrained` copies i
 
 import functools
 import inspect
+import warnings
 
 import torch
 from transformers import masking_utils
@@ -32,7 +33,8 @@ CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "pa
 
 def accepts_past_key_values(forward):
     """`forward(..., cache=...)` that also takes the cache as `past_key_values=`: the name generate() passes before
-    5.24, and the one code written for those releases uses."""
+    5.24, and the one code written for those releases uses. Where the installed release has renamed it, the old name
+    warns as transformers' own models do (FutureWarning); before, it is the release's own name and stays quiet."""
 
     @functools.wraps(forward)
     def wrapper(*args, **kwargs):
@@ -40,6 +42,12 @@ def accepts_past_key_values(forward):
             past_key_values = kwargs.pop("past_key_values")
             if kwargs.get("cache") is not None and past_key_values is not None:
                 raise ValueError("give the KV cache once: as cache= (past_key_values= is its name before 5.24)")
+            if CACHE_NAME == "cache":
+                warnings.warn(
+                    "`past_key_values` is deprecated since transformers 5.24: pass the KV cache as `cache`",
+                    FutureWarning,
+                    stacklevel=2,
+                )
             if past_key_values is not None:
                 kwargs["cache"] = past_key_values
         return forward(*args, **kwargs)
