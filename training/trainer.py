@@ -318,7 +318,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             trainer_logger.removeFilter(token_lines)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """The stock `Trainer._save_checkpoint` of transformers 5.23 (weights, optimizer, scheduler, scaler, RNG,
+        """The stock `Trainer._save_checkpoint` of transformers 5.23-5.24 (weights, optimizer, scheduler, scaler, RNG,
         trainer state, push, rotation), written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once all of
         it is on disk: a crash at any point leaves either the complete `checkpoint-N` or no `checkpoint-N` at all.
 
@@ -328,7 +328,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         first; (2) `best_model_checkpoint` may name the current step, whose folder exists only once published;
         (3) every process waits (`accelerator.wait_for_everyone`) before the rename, then the main process
         `publish`es the folder (fsync, rename); (4) the Hub push and the rotation see the published folder.
-        Re-read the stock method when upgrading transformers.
+        Re-read the stock method when upgrading transformers: tests/test_reliability.py fails on a release whose
+        stock method differs from the one this was read against.
         """
         if self.hp_search_backend is None and trial is None:
             self.store_flos()
