@@ -225,36 +225,39 @@ def test_dropping_finished_rows_gives_the_stock_loops_tokens(case, generation, e
     # kernel for another batch size, another CPU). Only a choice between candidates tied within float rounding may
     # then go the other way: greedy, the two best next tokens where they part; beam search, the scores of the
     # hypotheses returned at each rank.
-    score = functools.partial(_search_scores, model, input_ids, attention_mask, eos_bias=eos_bias)
     if generation["num_beams"] == 1:
         divergence = _first_divergence(dropped, stock)
         assert divergence is not None
         row, position = divergence
-        logits = score(stock, generation, logits_only=True)[row, position - 1]
+        logits = _logits_along(model, input_ids, attention_mask, stock)[row, position - 1]
+        logits[EOS] += eos_bias  # greedy: the sequence-bias processor runs on the logits, before the argmax
         ours, theirs = float(logits[dropped[row, position]]), float(logits[stock[row, position]])
         assert abs(ours - theirs) < 1e-4, f"row {row} differs at token {position} without a tie: {ours} {theirs}"
     else:
         rows_per_source = generation["num_return_sequences"]
-        dropped_scores = score(dropped, generation).view(-1, rows_per_source)
-        stock_scores = score(stock, generation).view(-1, rows_per_source)
+        score = functools.partial(_search_scores, model, input_ids, attention_mask, generation, eos_bias=eos_bias)
+        dropped_scores = score(dropped).view(-1, rows_per_source)
+        stock_scores = score(stock).view(-1, rows_per_source)
         torch.testing.assert_close(dropped_scores, stock_scores, atol=1e-4, rtol=0)
 
 
-def _search_scores(model, input_ids, attention_mask, sequences, generation, *, eos_bias, logits_only=False):
-    """What the search ranks each returned sequence by: its log-probability under the model (the EOS bias added by
-    the sequence-bias processor included) over the tokens it generated, up to and including EOS, divided by the
-    length penalty of `generation`. `logits_only`: the biased next-token logits at each position instead."""
+def _logits_along(model, input_ids, attention_mask, sequences):
+    """The model's next-token logits at each position of `sequences` (several rows per source allowed)."""
     rows_per_source = sequences.shape[0] // input_ids.shape[0]
-    logits = model(
+    return model(
         input_ids=input_ids.repeat_interleave(rows_per_source, 0),
         attention_mask=attention_mask.repeat_interleave(rows_per_source, 0),
         decoder_input_ids=sequences[:, :-1],
     ).logits.float()
-    if logits_only:  # greedy compares biased logits (the processor runs before the argmax)
-        logits[..., EOS] += eos_bias
-        return logits
+
+
+def _search_scores(model, input_ids, attention_mask, generation, sequences, *, eos_bias):
+    """What beam search ranks each returned sequence by: its log-probability under the model (the EOS bias added by
+    the sequence-bias processor included) over the tokens it generated, up to and including EOS, divided by the
+    length penalty of `generation`."""
+    logits = _logits_along(model, input_ids, attention_mask, sequences)
     log_probs = torch.log_softmax(logits, dim=-1)
-    log_probs[..., EOS] += eos_bias  # beam search: the processor runs on the log-probabilities
+    log_probs[..., EOS] += eos_bias  # the processor runs on the log-probabilities in beam search
     targets = sequences[:, 1:]
     is_eos = (targets == EOS).long()
     generated = (is_eos.cumsum(1) - is_eos) == 0  # up to and including the first EOS
