@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 try:
-    from hf_vaswani_training.explore import build_app, launch_options
+    from hf_vaswani_training.serving.explore import build_app, launch_options
 except ImportError:  # a Space holds a copy of the repository, not the installed package
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from training.explore import build_app, launch_options
+    from training.serving.explore import build_app, launch_options
 
 MODEL = os.environ.get("VASWANI_MODEL", "outputs/toy")
 

@@ -15,7 +15,7 @@ wheel=$(ls "$work"/dist/hf_vaswani-*.whl)
 python - "$wheel" <<'PY'
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-wanted = {"hf_vaswani_training/recipes/toy.json", "hf_vaswani_training/templates/model_card.md", "hf_vaswani_training/cli.py"}
+wanted = {"hf_vaswani_training/recipe/recipes/toy.json", "hf_vaswani_training/recipe/templates/model_card.md", "hf_vaswani_training/cli.py"}
 missing = wanted - names
 assert not missing, f"the wheel lacks {sorted(missing)}"
 assert not any(name.startswith("training/") for name in names), "the wheel installs a top-level 'training' package"

@@ -7,7 +7,7 @@ in a child process:
 
     read the text pair -> train the joint BPE (37k) -> tokenise every split -> per-example lengths
 
-that is, everything `training.train` does before the first training step (see `prepare_training_data`). The
+that is, everything `training.recipe.train` does before the first training step (see `prepare_training_data`). The
 child runs twice on the same data and a fresh output folder each time: the first run builds the caches, the
 second is what a restarted or repeated run costs. Peak RSS is `ru_maxrss` of the largest single process of the
 child's tree (the child or one of its tokenising workers), including the pages of memory-mapped Arrow files it
@@ -218,10 +218,10 @@ def _other_phase(total_wall: float, phases: dict[str, dict[str, float]]) -> dict
 
 
 def child(args: argparse.Namespace) -> None:
-    """Run the data path of `training.train` once and print one JSON line of timings."""
+    """Run the data path of `training.recipe.train` once and print one JSON line of timings."""
     anonymous = _AnonymousPeak()
     started = time.monotonic()
-    from hf_vaswani_training import train
+    from hf_vaswani_training.recipe import train
 
     phases = _time_phases(train)
     model_args, data_args, training_args = train.parse_arguments(

@@ -22,12 +22,13 @@ import datasets
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq
 
-from hf_vaswani_training.arguments import DataArguments, VaswaniTrainingArguments
-from hf_vaswani_training.batching import TokenBatchSampler
-from hf_vaswani_training.data import load_parallel_data
-from hf_vaswani_training.metrics import load_translation_metric
-from hf_vaswani_training.train import make_compute_metrics
-from hf_vaswani_training.trainer import VaswaniTrainer
+from hf_vaswani_training.data.arguments import DataArguments
+from hf_vaswani_training.data.batching import TokenBatchSampler
+from hf_vaswani_training.data.corpora import load_parallel_data
+from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.recipe.metrics import load_translation_metric
+from hf_vaswani_training.recipe.train import make_compute_metrics
+from hf_vaswani_training.recipe.trainer import VaswaniTrainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +96,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--skip_stock", action="store_true", help="Time only the translate_ids evaluations.")
     parser.add_argument("--train_steps", type=int, default=20, help="Training steps timed for the share.")
-    parser.add_argument("--recipe", default=str(REPO_ROOT / "training" / "recipes" / "multi30k-full.json"))
+    parser.add_argument("--recipe", default=str(REPO_ROOT / "training" / "recipe" / "recipes" / "multi30k-full.json"))
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own).")
     args = parser.parse_args()
     if args.threads:

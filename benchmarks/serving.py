@@ -6,13 +6,13 @@
 
 A benchmark, not a test: it prints measured numbers (and writes them to `--output` as JSON) and asserts nothing
 about time. Same weights in every engine: the model folder, its conversions through
-`hf_vaswani_training.ctranslate2_export` (CTranslate2's converter with this project's loader; float32 and int8), and
+`hf_vaswani_training.serving.ctranslate2_export` (CTranslate2's converter with this project's loader; float32 and int8), and
 a `transformers.MarianMTModel` holding copies of them (`benchmarks/marian/models.marian_from_ours`: the same
 function, the §3.5 table given to Marian; `--no-marian` skips it). Data: Multi30K
 (`--data-dir`, default ../shared/data/multi30k or $MULTI30K_DIR), read by path: test_2016_flickr and val, de->en.
 
 Every engine decodes the same length-sorted batches (`--batch-size` sentences, the batching of
-`training.decoding.translate`), with `--threads` intra-op threads. Decoding settings:
+`training.serving.decoding.translate`), with `--threads` intra-op threads. Decoding settings:
 - generate(), CTranslate2's rules: Hugging Face length penalty alpha 0.6 (log P / |Y|^alpha), early_stopping=True,
   outputs at most (longest source of the batch) + 50 tokens. The Marian and CTranslate2 rows use exactly these, so
   "tokens identical" compares the engines, not the settings.
@@ -83,7 +83,7 @@ def generate_ids(model, tokenizer, encoded, batches, limit: str, **kwargs) -> tu
     """generate() over `batches`: each sentence's best output as ids (no start token, EOS or padding), and the time.
     `limit`: "batch" (max_new_tokens = longest source of the batch + 50), "row" (each source its own + 50; this
     model only), or "marian" (the batch limit, for a model without `max_length_offset`)."""
-    from hf_vaswani_training.ctranslate2_export import strip_special
+    from hf_vaswani_training.serving.ctranslate2_export import strip_special
 
     config = model.config
     outputs: list = [None] * len(encoded)
@@ -124,7 +124,7 @@ def ctranslate2_ids(translator, sentences, batch_size: int, **kwargs) -> tuple[l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", required=True, help="a model folder written by training.train")
+    parser.add_argument("--model-dir", required=True, help="a model folder written by training.recipe.train")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     parser.add_argument("--source-lang", default="de")
     parser.add_argument("--target-lang", default="en")
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     import hf_vaswani  # noqa: F401
-    from hf_vaswani_training.ctranslate2_export import CTranslate2Translator, convert_to_ctranslate2
-    from hf_vaswani_training.decoding import _length_sorted_batches
+    from hf_vaswani_training.serving.ctranslate2_export import CTranslate2Translator, convert_to_ctranslate2
+    from hf_vaswani_training.serving.decoding import length_sorted_batches
 
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     for split in args.splits.split(","):
         sources, references = read_split(Path(args.data_dir), split, args.source_lang, args.target_lang, args.limit)
         encoded = tokenizer(sources)["input_ids"]
-        batches = _length_sorted_batches([len(ids) for ids in encoded], 10**9, args.batch_size)
+        batches = length_sorted_batches([len(ids) for ids in encoded], 10**9, args.batch_size)
         # Warm-up: one batch through every engine, so that first-call costs are not timed.
         warm = [sources[i] for i in batches[0]]
         for engine, module in engines.items():

@@ -160,7 +160,7 @@ def make_folder(folder: Path) -> None:
     import torch
 
     from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
-    from hf_vaswani_training.tokenizer import train_joint_bpe
+    from hf_vaswani_training.data.tokenizer import train_joint_bpe
 
     corpus = [sentence for sentence in SENTENCES for _ in range(4)]
     tokenizer = train_joint_bpe(corpus, vocab_size=120, min_frequency=2, model_max_length=64)

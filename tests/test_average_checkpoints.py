@@ -13,9 +13,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-import hf_vaswani_training.average_checkpoints as average_module
-from hf_vaswani_training.average_checkpoints import WEIGHTS_NAME, average_checkpoints, last_checkpoints
-from hf_vaswani_training.checkpoints import last_complete_checkpoint
+import hf_vaswani_training.recipe.average_checkpoints as average_module
+from hf_vaswani_training.recipe.average_checkpoints import WEIGHTS_NAME, average_checkpoints, last_checkpoints
+from hf_vaswani_training.recipe.checkpoints import last_complete_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,7 +173,7 @@ def test_last_checkpoints_skips_incomplete_ones_as_resuming_does(tmp_path: Path,
 
 def test_last_checkpoints_with_too_few_or_none(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     make_run_dir(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.average_checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.recipe.average_checkpoints"):
         found = last_checkpoints(tmp_path, 5)
     assert [path.name for path in found] == ["checkpoint-2", "checkpoint-9", "checkpoint-10"]
     assert "only 3" in caplog.text

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hf_vaswani_training.batching import TokenBatchSampler
+from hf_vaswani_training.data.batching import TokenBatchSampler
 
 
 def padded_cost(batch: list[int], source: np.ndarray, target: np.ndarray) -> int:

@@ -12,10 +12,10 @@ import textwrap
 
 import pytest
 
-from hf_vaswani_training import cli
-from hf_vaswani_training.decoding import translate
-from hf_vaswani_training.tokenizer import TRAINED_WITH_FILE, save_trained_tokenizer, train_joint_bpe
-from hf_vaswani_training.train import check_arguments, parse_arguments
+from hf_vaswani_training import cli, usage
+from hf_vaswani_training.data.tokenizer import TRAINED_WITH_FILE, save_trained_tokenizer, train_joint_bpe
+from hf_vaswani_training.recipe.train import check_arguments, parse_arguments
+from hf_vaswani_training.serving.decoding import translate
 from tests.conftest import REPO_ROOT, tiny_model
 
 SENTENCES = ["A mouse sits .", "The old dog does not sleep .", "Twenty four birds stand .", "We read the letter ."]
@@ -32,7 +32,7 @@ def run(command: str, *argv, capsys) -> tuple[int, str]:
 
 def assert_one_line_error(status: int, stderr: str, command: str, *fragments: str) -> str:
     """Exit status 2, stderr ends with exactly one `vaswani-COMMAND: error: ...` line holding every fragment."""
-    assert status == cli.EXIT_USAGE, stderr
+    assert status == usage.EXIT_USAGE, stderr
     assert "Traceback" not in stderr
     errors = [line for line in stderr.splitlines() if line.startswith(f"vaswani-{command}: error: ")]
     assert len(errors) == 1 and stderr.rstrip("\n").endswith(errors[0]), stderr
@@ -246,7 +246,7 @@ def test_a_tokenizer_trained_with_the_same_options_is_reused(tmp_path):
     _tokenizer_in(output_dir, vocab_size=300, min_frequency=2, source_lang="en", target_lang="tt")
     assert json.loads((output_dir / TRAINED_WITH_FILE).read_text())["vocab_size"] == 300
     check_arguments(*parse_arguments([*TINY_RUN, "--output_dir", str(output_dir)]))  # no error: a run continues
-    with pytest.raises(cli.UsageError, match="--bpe_min_frequency 3"):
+    with pytest.raises(usage.UsageError, match="--bpe_min_frequency 3"):
         check_arguments(*parse_arguments([*TINY_RUN, "--output_dir", str(output_dir), "--bpe_min_frequency", "3"]))
 
 
@@ -365,10 +365,10 @@ def test_a_20000_word_line_is_truncated_with_a_warning(model_dir, capsys, caplog
 
 
 def test_debug_shows_the_traceback(tmp_path, monkeypatch):
-    with pytest.raises(cli.UsageError, match="no such folder"):
+    with pytest.raises(usage.UsageError, match="no such folder"):
         cli.translate([str(tmp_path / "missing"), "A .", "--debug"])
-    monkeypatch.setenv(cli.DEBUG_ENV, "1")
-    with pytest.raises(cli.UsageError, match="no such folder"):
+    monkeypatch.setenv(usage.DEBUG_ENV, "1")
+    with pytest.raises(usage.UsageError, match="no such folder"):
         cli.translate([str(tmp_path / "missing"), "A ."])
 
 

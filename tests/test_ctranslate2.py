@@ -1,4 +1,4 @@
-"""CTranslate2 conversion (`training.ctranslate2_export`): the spec the loader builds, the converted model's greedy and
+"""CTranslate2 conversion (`training.serving.ctranslate2_export`): the spec the loader builds, the converted model's greedy and
 beam tokens against `generate()`, quantized conversion, and the command-line paths (export --format ctranslate2,
 translate --engine ctranslate2).
 
@@ -17,15 +17,15 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from hf_vaswani_training import cli  # noqa: E402
-from hf_vaswani_training.ctranslate2_export import (  # noqa: E402
+from hf_vaswani_training import cli, usage  # noqa: E402
+from hf_vaswani_training.data.tokenizer import train_joint_bpe  # noqa: E402
+from hf_vaswani_training.serving.ctranslate2_export import (  # noqa: E402
     CTranslate2NotInstalled,
     CTranslate2Translator,
     convert_to_ctranslate2,
     register_vaswani_loader,
     strip_special,
 )
-from hf_vaswani_training.tokenizer import train_joint_bpe  # noqa: E402
 from tests.conftest import tiny_model  # noqa: E402
 
 BOS, PAD, EOS = 0, 1, 2
@@ -228,10 +228,10 @@ def test_refuses_to_replace_other_files(trained, tmp_path):
     out_dir = tmp_path / "precious"
     out_dir.mkdir()
     (out_dir / "notes.txt").write_text("keep me")
-    with pytest.raises(cli.UsageError, match="choose a new OUT_DIR"):
+    with pytest.raises(usage.UsageError, match="choose a new OUT_DIR"):
         convert_to_ctranslate2(trained[0], out_dir)
     assert (out_dir / "notes.txt").read_text() == "keep me"
-    with pytest.raises(cli.UsageError, match="quantization='int3'"):
+    with pytest.raises(usage.UsageError, match="quantization='int3'"):
         convert_to_ctranslate2(trained[0], tmp_path / "new", quantization="int3")
 
 
@@ -281,7 +281,7 @@ def test_translate_command_same_conventions(trained, converted, translator, tmp_
 
 
 def test_missing_ctranslate2_is_one_line(trained, tmp_path, monkeypatch):
-    from hf_vaswani_training import ctranslate2_export
+    from hf_vaswani_training.serving import ctranslate2_export
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
     monkeypatch.setattr(ctranslate2_export, "_LOADER", None)

@@ -13,8 +13,8 @@ import datasets
 import pytest
 from datasets import Dataset, DatasetDict, Translation
 
-from hf_vaswani_training.arguments import DataArguments
-from hf_vaswani_training.data import ParallelDataError, SplitStats, load_parallel_data
+from hf_vaswani_training.data.arguments import DataArguments
+from hf_vaswani_training.data.corpora import ParallelDataError, SplitStats, load_parallel_data
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
@@ -164,7 +164,7 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None
 def test_blank_pairs_are_skipped_counted_and_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     write_lines(tmp_path / "train.de", ["Hallo", "   ", "Welt", "Tschüss", ""])
     write_lines(tmp_path / "train.en", ["Hello", "Hi", "\t", "Bye", ""])
-    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.data.corpora"):
         dataset_dict, stats = load_parallel_data(
             DataArguments(source_lang="de", target_lang="en", train_file=tmp_path / "train")
         )
@@ -337,7 +337,7 @@ def test_hub_two_language_columns_and_blank_filter(tmp_path: Path, caplog: pytes
     folder = make_hub_folder(
         tmp_path / "hub", {"train": {"de": DE + ["  "], "en": EN + ["x"]}, "test": {"de": DE, "en": EN}}
     )
-    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_vaswani_training.data.corpora"):
         dataset_dict, stats = load_parallel_data(
             DataArguments(source_lang="de", target_lang="en", dataset_name=str(folder), dataset_config_name="de-en"),
             cache_dir=tmp_path / "c",
@@ -376,7 +376,7 @@ def test_hub_explicit_columns(tmp_path: Path) -> None:
 
 
 def test_toy_corpus_is_the_default() -> None:
-    toy = pytest.importorskip("hf_vaswani_training.toy_corpus")
+    toy = pytest.importorskip("hf_vaswani_training.data.toy_corpus")
     dataset_dict, stats = load_parallel_data(DataArguments(toy_num_train=20, toy_num_validation=5, toy_num_test=5))
     assert isinstance(dataset_dict, DatasetDict)
     assert len(dataset_dict["train"]) == 20

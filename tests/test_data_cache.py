@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hf_vaswani_training import data as data_module
-from hf_vaswani_training import data_cache
-from hf_vaswani_training import tokenizer as tokenizer_module
-from hf_vaswani_training.arguments import DataArguments
-from hf_vaswani_training.data import load_parallel_data
-from hf_vaswani_training.data_cache import LongSentencesError, sequence_lengths, tokenize_to_cache
-from hf_vaswani_training.tokenizer import load_or_train_tokenizer
+from hf_vaswani_training.data import cache as data_cache
+from hf_vaswani_training.data import textfiles
+from hf_vaswani_training.data import tokenizer as tokenizer_module
+from hf_vaswani_training.data.arguments import DataArguments
+from hf_vaswani_training.data.cache import LongSentencesError, sequence_lengths, tokenize_to_cache
+from hf_vaswani_training.data.corpora import load_parallel_data
+from hf_vaswani_training.data.tokenizer import load_or_train_tokenizer
 
 SOURCES = ["ein kleiner Hund läuft .", "zwei Katzen schlafen", "der Mann liest ein Buch über Hunde und Katzen ."]
 TARGETS = ["a small dog runs .", "two cats sleep", "the man reads a book about dogs and cats ."]
@@ -80,7 +80,7 @@ def test_second_run_reuses_text_bpe_and_tokens_without_recomputing(tmp_path, mon
     def forbidden(*args, **kwargs):
         raise AssertionError("recomputed although the cache matches")
 
-    monkeypatch.setattr(data_module, "_iter_lines", forbidden)
+    monkeypatch.setattr(textfiles, "iter_lines", forbidden)
     monkeypatch.setattr(tokenizer_module, "train_joint_bpe", forbidden)
     monkeypatch.setattr(data_cache._SplitBuilder, "_encode", forbidden)
     raw_again = _load(folder, cache)
@@ -159,10 +159,10 @@ def test_a_killed_build_is_never_reused(tmp_path):
     script = textwrap.dedent(
         f"""
         import time
-        from hf_vaswani_training import data_cache
-        from hf_vaswani_training.arguments import DataArguments
-        from hf_vaswani_training.data import load_parallel_data
-        from hf_vaswani_training.tokenizer import load_or_train_tokenizer
+        from hf_vaswani_training.data import cache as data_cache
+        from hf_vaswani_training.data.arguments import DataArguments
+        from hf_vaswani_training.data.corpora import load_parallel_data
+        from hf_vaswani_training.data.tokenizer import load_or_train_tokenizer
         source = DataArguments(source_lang="de", target_lang="en", data_dir={str(folder)!r})
         raw = load_parallel_data(source, cache_dir={str(cache)!r}).splits
         tok = load_or_train_tokenizer(None, raw["train"], "de", "en", vocab_size=60)
@@ -249,7 +249,7 @@ def test_word_cache_encodes_like_the_tokenizer_on_awkward_text(tmp_path):
 
     raw = _load(_write_pair(tmp_path / "data"), tmp_path / "cache")
     tokenizer = _tokenizer(raw, vocab_size=80)
-    assert data_cache._WordCache.for_backend(tokenizer.backend_tokenizer) is not None
+    assert data_cache.WordCache.for_backend(tokenizer.backend_tokenizer) is not None
     # Batches of 9: the second has no sentence the rule leaves out as a whole (so a `▁` inside a sentence must be
     # caught there), the third has some (empty after NFKC, leading space).
     awkward = ["x ▁a", "Hund ▁▁b", "a ▁", "a\u00a0▁b", "a  b", "Hund , läuft.", "ﬁsh \u00a0x", "x\ty", "e\u0301 café",
@@ -286,7 +286,7 @@ def test_workers_write_the_same_cache_file_as_one_process(tmp_path, long_sentenc
     of one process, and the ids are the tokenizer's own `encode_batch` (truncated or skipped as the policy says)."""
     raw = _load(_varied_pair(tmp_path / "data"), tmp_path / "cache")
     tokenizer = _tokenizer(raw, vocab_size=90)
-    assert data_cache._WordCache.for_backend(tokenizer.backend_tokenizer) is not None  # the word-cache path
+    assert data_cache.WordCache.for_backend(tokenizer.backend_tokenizer) is not None  # the word-cache path
     limit = 60
     settings = {"max_source_length": limit, "max_target_length": limit, "long_sentences": long_sentences}
     folders = {}

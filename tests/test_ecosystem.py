@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import DataCollatorForSeq2Seq, GenerationConfig, Seq2SeqTrainer
 
-from hf_vaswani_training.tokenizer import train_joint_bpe
+from hf_vaswani_training.data.tokenizer import train_joint_bpe
 from tests.conftest import tiny_model
 from tests.test_hf_integration import PAD, _copy_examples, _dataset, _tokenizer, _training_args
 

@@ -16,12 +16,13 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq
 
 import hf_vaswani
-from hf_vaswani_training.arguments import DataArguments, VaswaniTrainingArguments
-from hf_vaswani_training.data import load_parallel_data
-from hf_vaswani_training.decoding import translate, translate_ids
-from hf_vaswani_training.metrics import compute_translation_scores, load_translation_metric
-from hf_vaswani_training.train import main as train_main
-from hf_vaswani_training.trainer import VaswaniTrainer
+from hf_vaswani_training.data.arguments import DataArguments
+from hf_vaswani_training.data.corpora import load_parallel_data
+from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.recipe.metrics import compute_translation_scores, load_translation_metric
+from hf_vaswani_training.recipe.train import main as train_main
+from hf_vaswani_training.recipe.trainer import VaswaniTrainer
+from hf_vaswani_training.serving.decoding import translate, translate_ids
 from tests.conftest import REPO_ROOT
 from tests.test_train import TINY
 

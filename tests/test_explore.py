@@ -12,12 +12,12 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vaswani import sinusoidal_position_encoding
-from hf_vaswani_training.attention_plot import display_tokens
+from hf_vaswani_training.serving.attention_plot import display_tokens
 from tests.conftest import REPO_ROOT, tiny_model
 
 pytest.importorskip("gradio", reason='the explorer needs gradio: pip install -e ".[dev]"')
 
-from hf_vaswani_training import explore  # noqa: E402
+from hf_vaswani_training.serving import explore  # noqa: E402
 
 SENTENCE = "The old dog does not sleep in the green garden ."
 MAX_SOURCE_TOKENS = 40  # the tokenizer's model_max_length: long sentences are cut to this
@@ -28,8 +28,8 @@ def make_model_folder(folder: Path, max_length_offset: int = 8) -> Path:
     random weights. Random weights give outputs that differ by head, layer and decoding (a model trained for a few
     steps ends every sentence at once); the generation config is the paper's (beam 4, GNMT 0.6) with a short
     length limit so beam search stays fast."""
-    from hf_vaswani_training.tokenizer import train_joint_bpe
-    from hf_vaswani_training.toy_corpus import generate_corpus
+    from hf_vaswani_training.data.tokenizer import train_joint_bpe
+    from hf_vaswani_training.data.toy_corpus import generate_corpus
 
     corpus = generate_corpus(num_train=300, num_validation=0, num_test=0)["train"]
     texts = [text for pair in corpus for text in (pair["en"], pair["tt"])]
@@ -208,9 +208,9 @@ def test_space_app_runs_from_a_copy_of_the_repository(tmp_path, model_dir):
     code = (
         "import sys; sys.modules['hf_vaswani_training'] = None\n"  # as if the package were not installed
         "import runpy; app = runpy.run_path('app.py')\n"
-        "import training.explore\n"
+        "import training.serving.explore\n"
         "status = [b.value for b in app['demo'].blocks.values() if getattr(b, 'elem_id', None) == 'model-status']\n"
-        "print(training.explore.__file__); print(status[0])"
+        "print(training.serving.explore.__file__); print(status[0])"
     )
     completed = subprocess.run(
         [sys.executable, "-c", code],

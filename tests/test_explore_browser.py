@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vaswani_training.attention_plot import display_tokens
+from hf_vaswani_training.serving.attention_plot import display_tokens
 from tests.conftest import REPO_ROOT
 
 pytest.importorskip("gradio", reason='the explorer needs gradio: pip install -e ".[dev]"')

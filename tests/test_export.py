@@ -1,4 +1,4 @@
-"""ONNX export (`training.export`): the three graphs against the PyTorch model, and ONNX Runtime greedy decoding
+"""ONNX export (`training.serving.export`): the three graphs against the PyTorch model, and ONNX Runtime greedy decoding
 against `generate()`.
 
 One model for the whole file: tiny, trained in-process for a few seconds on a copy task, so that greedy outputs are
@@ -18,7 +18,8 @@ onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")  # torch.onnx.export(dynamo=True) translates through it
 
 from hf_vaswani.compat_vaswani import output_cache  # noqa: E402
-from hf_vaswani_training.export import (  # noqa: E402
+from hf_vaswani_training.data.tokenizer import train_joint_bpe  # noqa: E402
+from hf_vaswani_training.serving.export import (  # noqa: E402
     CONFIG_FILE,
     CROSS_ATTENTION_FILE,
     DECODER_STEP_FILE,
@@ -26,7 +27,6 @@ from hf_vaswani_training.export import (  # noqa: E402
     main,
     onnx_greedy_decode,
 )
-from hf_vaswani_training.tokenizer import train_joint_bpe  # noqa: E402
 from tests.conftest import tiny_model  # noqa: E402
 
 PAD, EOS = 1, 2

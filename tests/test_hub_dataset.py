@@ -23,8 +23,8 @@ import pytest
 import yaml
 from datasets import Dataset, Features, Translation
 
-from hf_vaswani_training.prepare_wmt import prepare
-from hf_vaswani_training.toy_corpus import generate_corpus
+from hf_vaswani_training.data.prepare_wmt import prepare
+from hf_vaswani_training.data.toy_corpus import generate_corpus
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import HubStub, hub_env
 from tests.test_cli_errors import assert_one_line_error

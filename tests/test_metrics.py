@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from hf_vaswani_training.metrics import TRANSLATION_METRIC_PATH, compute_translation_scores
+from hf_vaswani_training.recipe.metrics import TRANSLATION_METRIC_PATH, compute_translation_scores
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,7 +143,7 @@ def offline_evaluate_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
         standalone_scores = standalone.compute(predictions=predictions, references=references)
         sys.meta_path.pop(0)
 
-        from hf_vaswani_training.metrics import load_translation_metric
+        from hf_vaswani_training.recipe.metrics import load_translation_metric
 
         metric = load_translation_metric()
         results = {{

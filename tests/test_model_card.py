@@ -8,9 +8,9 @@ import re
 import pytest
 import yaml
 
-from hf_vaswani_training.model_card import TEMPLATE, render_model_card
-from hf_vaswani_training.run_record import RunRecord, Sample
-from hf_vaswani_training.train import main
+from hf_vaswani_training.recipe.model_card import TEMPLATE, render_model_card
+from hf_vaswani_training.recipe.run_record import RunRecord, Sample
+from hf_vaswani_training.recipe.train import main
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import validate_card_metadata
 from tests.test_train import TINY

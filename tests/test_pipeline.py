@@ -17,7 +17,7 @@ import torch
 from transformers import pipeline
 
 from hf_vaswani import VaswaniTranslationPipeline
-from hf_vaswani_training.tokenizer import train_joint_bpe
+from hf_vaswani_training.data.tokenizer import train_joint_bpe
 from tests.conftest import tiny_model
 
 CORPUS = [

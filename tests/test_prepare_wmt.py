@@ -1,4 +1,4 @@
-"""training.prepare_wmt (WMT files -> the --data_dir layout) and the WMT 2014 recipes, end to end on CPU."""
+"""training.data.prepare_wmt (WMT files -> the --data_dir layout) and the WMT 2014 recipes, end to end on CPU."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from hf_vaswani_training.arguments import DataArguments
-from hf_vaswani_training.data import ParallelDataError, load_parallel_data
-from hf_vaswani_training.prepare_wmt import main as prepare_main
-from hf_vaswani_training.prepare_wmt import prepare
-from hf_vaswani_training.train import load_preset, main, parse_arguments
+from hf_vaswani_training.data.arguments import DataArguments
+from hf_vaswani_training.data.corpora import ParallelDataError, load_parallel_data
+from hf_vaswani_training.data.prepare_wmt import main as prepare_main
+from hf_vaswani_training.data.prepare_wmt import prepare
+from hf_vaswani_training.recipe.train import load_preset, main, parse_arguments
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RECIPES = REPO_ROOT / "training" / "recipes"
+RECIPES = REPO_ROOT / "training" / "recipe" / "recipes"
 
 
 def _pair(prefix: Path, en: list[str], de: list[str]) -> None:

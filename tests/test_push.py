@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from hf_vaswani_training.cli import UsageError
-from hf_vaswani_training.push import ModelFolderError, files_to_push, validate_model_folder
-from hf_vaswani_training.train import main
+from hf_vaswani_training.recipe.train import main
+from hf_vaswani_training.serving.push import ModelFolderError, files_to_push, validate_model_folder
 from tests.conftest import REPO_ROOT
 from tests.hub_stub import HubStub, hub_env, hub_stub  # noqa: F401  (hub_stub is a fixture)
 from tests.test_train import TINY
@@ -27,6 +27,7 @@ MODEL_FILES = {
     "configuration_vaswani.py",
     "generation_config.json",
     "generation_vaswani.py",
+    "row_dropping_vaswani.py",
     "compat_vaswani.py",
     "model.safetensors",
     "modeling_vaswani.py",
@@ -96,7 +97,7 @@ def _translate(model, tokenizer) -> dict:
 
 
 def test_only_the_model_files_are_pushed(model_dir, capsys):
-    from hf_vaswani_training.push import main as push_main
+    from hf_vaswani_training.serving.push import main as push_main
 
     assert set(files_to_push(model_dir)) == MODEL_FILES
     assert push_main([str(model_dir), "user/x", "--dry-run"]) is None
@@ -105,7 +106,7 @@ def test_only_the_model_files_are_pushed(model_dir, capsys):
 
 
 def test_a_folder_that_is_not_a_model_is_a_clear_error(model_dir, tmp_path):
-    from hf_vaswani_training.push import main as push_main
+    from hf_vaswani_training.serving.push import main as push_main
 
     with pytest.raises(ModelFolderError, match=f"{tmp_path} is not a model folder: it has no config.json"):
         validate_model_folder(tmp_path)
@@ -225,7 +226,7 @@ def test_push_then_load_from_the_hub_in_a_fresh_process(model_dir, hub_stub, tmp
 def test_push_to_a_private_branch_and_as_a_pull_request(model_dir, hub_stub, tmp_path):  # noqa: F811
     repo_id = "user/tiny-branches"
     script = (
-        "from hf_vaswani_training.push import main\n"
+        "from hf_vaswani_training.serving.push import main\n"
         f"main([{str(model_dir)!r}, {repo_id!r}, '--private', '--branch', 'dev'])\n"
         f"main([{str(model_dir)!r}, {repo_id!r}, '--create-pr', '--commit-message', 'Please merge'])\n"
     )

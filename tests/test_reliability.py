@@ -27,14 +27,14 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-import hf_vaswani_training.train
+import hf_vaswani_training.recipe.train
 from hf_vaswani import sinusoidal_position_encoding
-from hf_vaswani_training.average_checkpoints import average_checkpoints
-from hf_vaswani_training.average_checkpoints import main as average_main
-from hf_vaswani_training.checkpoints import checkpoint_problem, last_complete_checkpoint
 from hf_vaswani_training.cli import UsageError
-from hf_vaswani_training.train import main
-from hf_vaswani_training.trainer import NonFiniteLossError, VaswaniTrainer
+from hf_vaswani_training.recipe.average_checkpoints import average_checkpoints
+from hf_vaswani_training.recipe.average_checkpoints import main as average_main
+from hf_vaswani_training.recipe.checkpoints import checkpoint_problem, last_complete_checkpoint
+from hf_vaswani_training.recipe.train import main
+from hf_vaswani_training.recipe.trainer import NonFiniteLossError, VaswaniTrainer
 from tests.conftest import REPO_ROOT, tiny_model
 from tests.test_train import TINY
 
@@ -311,7 +311,7 @@ def test_absurd_learning_rate_stops_with_a_clear_message_before_the_update(tmp_p
     """lr 300 overflows the backward pass of step 12 while its loss is still finite. Checking the loss alone, that
     update wrote inf/NaN into the weights and into checkpoint-12 (this test found it); now the gradient norm is
     checked too."""
-    monkeypatch.setattr(hf_vaswani_training.train, "VaswaniTrainer", _RecordingTrainer)
+    monkeypatch.setattr(hf_vaswani_training.recipe.train, "VaswaniTrainer", _RecordingTrainer)
     _RecordingTrainer.instances.clear()
     output_dir = tmp_path / "diverged"
     with pytest.raises(NonFiniteLossError) as raised:
@@ -355,7 +355,7 @@ class _PoisonedTrainer(VaswaniTrainer):
 
 
 def test_nan_mid_run_stops_keeps_the_last_good_checkpoint_and_resume_recovers(tmp_path, monkeypatch, straight_run):
-    monkeypatch.setattr(hf_vaswani_training.train, "VaswaniTrainer", _PoisonedTrainer)
+    monkeypatch.setattr(hf_vaswani_training.recipe.train, "VaswaniTrainer", _PoisonedTrainer)
     output_dir = tmp_path / "poisoned"
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at step 8; stopping before the update") as raised:
         main([*RUN, "--output_dir", str(output_dir)])

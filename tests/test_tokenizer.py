@@ -8,7 +8,7 @@ import pytest
 from datasets import Dataset
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from hf_vaswani_training.tokenizer import load_or_train_tokenizer, train_joint_bpe
+from hf_vaswani_training.data.tokenizer import load_or_train_tokenizer, train_joint_bpe
 
 GERMAN = [
     "Ein Hund läuft über die Straße.",

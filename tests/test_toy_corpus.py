@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from hf_vaswani_training import toy_corpus as tc
-from hf_vaswani_training.toy_corpus import (
+from hf_vaswani_training.data import toy_corpus as tc
+from hf_vaswani_training.data.toy_corpus import (
     Clause,
     NounPhrase,
     PrepPhrase,

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_vaswani_training.batching import TokenBatchSampler
-from hf_vaswani_training.train import check_tokenizer_fits, main, parse_arguments
+from hf_vaswani_training.data.batching import TokenBatchSampler
+from hf_vaswani_training.recipe.train import check_tokenizer_fits, main, parse_arguments
 from tests.conftest import REPO_ROOT
 
 TINY = [
@@ -233,10 +233,10 @@ def _batch_count(max_tokens: int) -> int:
     """Batches per epoch of the 2-process test's training split with one process, through the run's own code."""
     import contextlib
 
-    from hf_vaswani_training.arguments import DataArguments
-    from hf_vaswani_training.data import load_parallel_data
-    from hf_vaswani_training.tokenizer import load_or_train_tokenizer
-    from hf_vaswani_training.train import tokenize_splits
+    from hf_vaswani_training.data.arguments import DataArguments
+    from hf_vaswani_training.data.corpora import load_parallel_data
+    from hf_vaswani_training.data.tokenizer import load_or_train_tokenizer
+    from hf_vaswani_training.recipe.train import tokenize_splits
 
     _, data_args, _ = parse_arguments(["--report_to", "none", "--output_dir", "unused"])
     raw = load_parallel_data(DataArguments(toy_num_train=400, toy_num_validation=2, toy_num_test=2), seed=7).splits
@@ -246,9 +246,9 @@ def _batch_count(max_tokens: int) -> int:
     return len(TokenBatchSampler(*lengths, max_tokens=max_tokens, num_replicas=1, rank=0))
 
 
-@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "training" / "recipes").glob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "training" / "recipe" / "recipes").glob("*.json")), ids=lambda p: p.name)
 def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
-    from hf_vaswani_training.train import load_preset
+    from hf_vaswani_training.recipe.train import load_preset
 
     model_args, data_args, training_args = parse_arguments([str(recipe)])
     assert load_preset(model_args.preset)["d_model"] > 0
@@ -258,8 +258,8 @@ def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
 
 def test_cpu_launch_of_several_processes_fails_loudly(monkeypatch):
     """`accelerate launch --cpu --num_processes 2` starts one process; the script says so instead of training alone."""
-    from hf_vaswani_training.cli import UsageError
-    from hf_vaswani_training.train import check_launch
+    from hf_vaswani_training.recipe.train import check_launch
+    from hf_vaswani_training.usage import UsageError
 
     launcher = ["accelerate", "launch", "--cpu", "--num_processes", "2", "-m", "training.train"]
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -1,4 +1,4 @@
-"""`python -m training.translate` and `training.attention_plot`, against generate()/translate() called directly."""
+"""`python -m training.translate` and `training.serving.attention_plot`, against generate()/translate() called directly."""
 
 import gzip
 import subprocess
@@ -9,11 +9,11 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vaswani
-from hf_vaswani_training.attention_plot import cross_attention, plot_attention
 from hf_vaswani_training.cli import UsageError
-from hf_vaswani_training.decoding import translate
-from hf_vaswani_training.train import main as train_main
-from hf_vaswani_training.translate import main
+from hf_vaswani_training.recipe.train import main as train_main
+from hf_vaswani_training.serving.attention_plot import cross_attention, plot_attention
+from hf_vaswani_training.serving.decoding import translate
+from hf_vaswani_training.serving.translate import main
 from tests.conftest import REPO_ROOT
 from tests.test_train import TINY
 
@@ -26,7 +26,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A folder from hf_vaswani_training.train (tokenizer, config, generation config with beam 4, GNMT 0.6, offset 5) whose
+    """A folder from hf_vaswani_training.recipe.train (tokenizer, config, generation config with beam 4, GNMT 0.6, offset 5) whose
     weights are then re-initialised: after 30 steps beam search ends every sentence at once, and empty outputs
     would make "the CLI prints what translate() returns" true of a CLI that ignores the model. Random weights give
     long outputs that differ between sentences and between beam and greedy search."""
@@ -221,7 +221,7 @@ def test_plots_are_nonblank_pngs_and_the_head_grid_is_bigger(loaded, tmp_path):
 
 def test_translate_groups_the_n_best_of_each_sentence(loaded):
     """Sentences of different lengths are reordered into batches; each must get its own n outputs back."""
-    from hf_vaswani_training.decoding import translate
+    from hf_vaswani_training.serving.decoding import translate
 
     model, tokenizer = loaded
     sentences = ["A mouse sits .", "The old dogs of the teacher do not sleep under the table .", "We read ."]

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from hf_vaswani import generation_vaswani
+from hf_vaswani import generation_vaswani, row_dropping_vaswani
 from hf_vaswani.configuration_vaswani import SUPPORTED_TRANSFORMERS
 from tests.test_generation import _decoder_rows_computed, _sources, _trained_model
 
@@ -26,8 +26,8 @@ def _generate_both_ways(model, monkeypatch, **kwargs):
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     with torch.no_grad():
         ours, our_rows = _decoder_rows_computed(model, **kwargs)
-        for name in ("_GREEDY_MISMATCH", "_BEAM_SEARCH_MISMATCH"):
-            monkeypatch.setattr(generation_vaswani, name, "GenerationMixin._prefill differs (test)")
+        for name in ("GREEDY_MISMATCH", "BEAM_SEARCH_MISMATCH"):
+            monkeypatch.setattr(row_dropping_vaswani, name, "GenerationMixin._prefill differs (test)")
         fallback, fallback_rows = _decoder_rows_computed(model, **kwargs)
     return ours, our_rows, fallback, fallback_rows
 
@@ -50,7 +50,7 @@ def test_fallback_to_the_stock_loop_gives_the_same_tokens(trained, monkeypatch, 
 
 def test_fallback_keeps_gnmt_and_the_source_length_limit(trained, monkeypatch):
     """In the stock loop the two scoring hooks still apply GNMT: the ranking differs from Hugging Face's penalty."""
-    monkeypatch.setattr(generation_vaswani, "_BEAM_SEARCH_MISMATCH", "forced (test)")
+    monkeypatch.setattr(row_dropping_vaswani, "BEAM_SEARCH_MISMATCH", "forced (test)")
     input_ids, attention_mask = _sources(lengths=(6, 3, 5, 2), seed=4)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, num_return_sequences=4)
     kwargs.update(output_scores=True, return_dict_in_generate=True, length_penalty=0.6)
@@ -82,18 +82,18 @@ def test_gnmt_is_refused_where_its_hooks_differ(trained, monkeypatch):
 def test_signature_check_finds_a_changed_private_member(monkeypatch):
     from transformers.generation import GenerationMixin
 
-    assert generation_vaswani._signature_mismatch(generation_vaswani._BEAM_SEARCH_CALLS) is None
-    assert generation_vaswani._signature_mismatch(generation_vaswani._GNMT_HOOK_CALLS, complete=False) is None
+    assert row_dropping_vaswani.signature_mismatch(row_dropping_vaswani.BEAM_SEARCH_CALLS) is None
+    assert row_dropping_vaswani.signature_mismatch(generation_vaswani._GNMT_HOOK_CALLS, complete=False) is None
 
     def old_top_k(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len, decoder_prompt_len,
                   do_sample, beams_to_keep, num_beams, vocab_size, batch_size):  # fmt: skip
         """The form of transformers 5.2-5.17."""
 
     monkeypatch.setattr(GenerationMixin, "_get_top_k_continuations", old_top_k)
-    mismatch = generation_vaswani._signature_mismatch(generation_vaswani._BEAM_SEARCH_CALLS)
+    mismatch = row_dropping_vaswani.signature_mismatch(row_dropping_vaswani.BEAM_SEARCH_CALLS)
     assert mismatch == "GenerationMixin._get_top_k_continuations takes other parameters (also vocab_size)"
     monkeypatch.delattr(GenerationMixin, "_get_running_beams_for_next_iteration")
-    assert "does not exist" in generation_vaswani._signature_mismatch(
+    assert "does not exist" in row_dropping_vaswani.signature_mismatch(
         {"_get_running_beams_for_next_iteration": ("num_beams",)}
     )
 

@@ -17,11 +17,12 @@ import torch
 from transformers import DataCollatorForSeq2Seq, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, preset_config, sinusoidal_position_encoding
-from hf_vaswani_training.arguments import DataArguments, VaswaniTrainingArguments
-from hf_vaswani_training.batching import TokenBatchSampler
-from hf_vaswani_training.data import load_parallel_data
-from hf_vaswani_training.tokenizer import train_joint_bpe
-from hf_vaswani_training.trainer import VaswaniTrainer
+from hf_vaswani_training.data.arguments import DataArguments
+from hf_vaswani_training.data.batching import TokenBatchSampler
+from hf_vaswani_training.data.corpora import load_parallel_data
+from hf_vaswani_training.data.tokenizer import train_joint_bpe
+from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.recipe.trainer import VaswaniTrainer
 
 logger = logging.getLogger("compare_marian")
 

@@ -15,8 +15,8 @@ import tempfile
 import numpy as np
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from hf_vaswani_training.arguments import VaswaniTrainingArguments
-from hf_vaswani_training.trainer import VaswaniTrainer
+from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
+from hf_vaswani_training.recipe.trainer import VaswaniTrainer
 
 from .harness import Stopwatch, interleaved
 from .models import make_dataset, token_batches, trainer_arguments

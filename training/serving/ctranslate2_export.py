@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cli import UsageError
+from ..usage import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -363,7 +363,7 @@ class CTranslate2Translator:
             )
         if not sentences:
             return []
-        from .decoding import _length_sorted_batches  # imports torch: only when translating
+        from .decoding import length_sorted_batches  # imports torch: only when translating
 
         tokenizer = self.tokenizer
         max_input = min(max_source_length or self.max_positions, self.max_positions)
@@ -382,7 +382,7 @@ class CTranslate2Translator:
                 sampling_topk=top_k or 0, sampling_topp=top_p or 1.0, sampling_temperature=temperature or 1.0
             )
         outputs: list = [None] * len(sentences)
-        for batch in _length_sorted_batches(lengths, max_tokens, max_sentences):
+        for batch in length_sorted_batches(lengths, max_tokens, max_sentences):
             if max_new_tokens is not None:
                 limit = max_new_tokens
             elif max_length_offset is not None:

@@ -34,7 +34,9 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import SaveStrategy, rotate_checkpoints
 
-from .batching import TokenBatchSampler
+from ..data.batching import TokenBatchSampler
+from ..data.cache import sequence_lengths
+from ..serving.decoding import translate_ids
 from .checkpoints import (
     checkpoint_name,
     checkpoint_problem,
@@ -43,8 +45,6 @@ from .checkpoints import (
     staging_dir_for,
     stale_staging_dirs,
 )
-from .data_cache import sequence_lengths
-from .decoding import translate_ids
 
 logger = logging.getLogger(__name__)
 
@@ -383,13 +383,3 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 best_model_checkpoint=self.state.best_model_checkpoint,
                 use_mtime=True,
             )
-
-
-def paper_learning_rate(d_model: int, warmup_steps: float) -> float:
-    """The peak of lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), reached at step = warmup (§5.3)."""
-    if warmup_steps < 1:
-        raise ValueError(
-            f"--warmup_steps={warmup_steps} is a ratio; the paper's learning rate needs a number of steps "
-            "(or give --learning_rate explicitly)"
-        )
-    return d_model**-0.5 * warmup_steps**-0.5

@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 logger = logging.getLogger(__name__)
 
 
-def _length_sorted_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int) -> list[list[int]]:
+def length_sorted_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int) -> list[list[int]]:
     """Indices grouped by similar length so a batch pads little; each batch holds <= max_tokens padded tokens."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches, batch, longest = [], [], 0
@@ -129,7 +129,7 @@ def translate_ids(
     model.eval()
     device = next(model.parameters()).device
     lengths = [len(ids) for ids in input_ids]
-    batches = _length_sorted_batches(lengths, max_tokens, max_sentences)[rank::world_size]
+    batches = length_sorted_batches(lengths, max_tokens, max_sentences)[rank::world_size]
     for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
         features = [{"input_ids": list(input_ids[i]), "attention_mask": [1] * lengths[i]} for i in batch]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)

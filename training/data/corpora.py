@@ -37,7 +37,6 @@ Hub datasets are fields, not lines, and are kept verbatim apart from dropping bl
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
@@ -46,19 +45,22 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import zip_longest
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import datasets
 import pyarrow as pa
 from datasets import Dataset, DatasetDict, Features, Translation
 
-from .cli import UsageError
-from .textfiles import decode_lines
-
-if TYPE_CHECKING:
-    from .arguments import DataArguments
+from .arguments import DataArguments
+from .textfiles import (
+    DataFileNotFoundError,
+    ParallelDataError,
+    pair_half,
+    read_jsonl_pairs,
+    read_text_pair,
+    read_tsv_pairs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,15 +75,6 @@ _SPLIT_ALIASES = {
 }
 _JSON_SUFFIXES = (".jsonl", ".json")
 _TSV_SUFFIXES = (".tsv",)
-
-
-class ParallelDataError(UsageError):
-    """Malformed parallel data, or data arguments that do not fit together; the message names the file (and line)
-    or the argument and what is wrong. A UsageError (so a ValueError): the console scripts print it as one line."""
-
-
-class DataFileNotFoundError(ParallelDataError, FileNotFoundError):
-    """A named data file, pair half or folder does not exist (also a FileNotFoundError, as it always was)."""
 
 
 @dataclass(frozen=True)
@@ -139,8 +132,6 @@ def load_parallel_data(
             name both files and both line counts).
     """
     if data_args is None:
-        from .arguments import DataArguments  # imported here: it imports torch and transformers
-
         data_args = DataArguments()
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     dataset_name, dataset_config_name = data_args.dataset_name, data_args.dataset_config_name
@@ -159,7 +150,7 @@ def load_parallel_data(
 
     if dataset_name is not None:
         src, tgt = _require_langs(source_lang, target_lang, "dataset_name")
-        dataset_dict, stats = _load_hub_dataset(
+        dataset_dict, stats = load_hub_dataset(
             dataset_name, dataset_config_name, src, tgt, source_column, target_column, cache_dir
         )
     elif uses_files:
@@ -205,7 +196,7 @@ def _translation_features(source_lang: str, target_lang: str) -> Features:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _load_hub_dataset(
+def load_hub_dataset(
     dataset_name: str,
     dataset_config_name: str | None,
     source_lang: str,
@@ -456,10 +447,10 @@ class _FileSpec:
     def pairs(self, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
         """Stripped (source, target) per line, blank ones included (the caller counts and drops them)."""
         if self.kind == "jsonl":
-            return _read_jsonl(self.paths[0], source_lang, target_lang)
+            return read_jsonl_pairs(self.paths[0], source_lang, target_lang)
         if self.kind == "tsv":
-            return _read_tsv(self.paths[0], source_lang, target_lang)
-        return _read_text_pair(self.paths[0], self.paths[1])
+            return read_tsv_pairs(self.paths[0], source_lang, target_lang)
+        return read_text_pair(self.paths[0], self.paths[1])
 
 
 def _format_suffix(path: Path) -> str:
@@ -482,20 +473,7 @@ def _resolve_spec(path: Path, source_lang: str, target_lang: str) -> _FileSpec:
         for ending in (f".{lang}", f".{lang}.gz"):
             if path.name.endswith(ending) and len(path.name) > len(ending):
                 prefix = path.with_name(path.name[: -len(ending)])
-    return _FileSpec("pair", (_pair_half(prefix, source_lang), _pair_half(prefix, target_lang)))
-
-
-def _pair_half(prefix: Path, lang: str) -> Path:
-    plain = prefix.with_name(f"{prefix.name}.{lang}")
-    compressed = prefix.with_name(f"{prefix.name}.{lang}.gz")
-    if plain.is_file():
-        return plain
-    if compressed.is_file():
-        return compressed
-    raise DataFileNotFoundError(
-        f"parallel text file {str(plain)!r} (or {compressed.name!r}) does not exist; a split given as a "
-        "prefix needs PREFIX.SRC and PREFIX.TGT, and other formats need a .jsonl, .json or .tsv extension"
-    )
+    return _FileSpec("pair", (pair_half(prefix, source_lang), pair_half(prefix, target_lang)))
 
 
 def _find_split_in_dir(base: Path, split: str, source_lang: str, target_lang: str) -> _FileSpec | None:
@@ -545,80 +523,7 @@ def _spec_for_name(base: Path, name: str, source_lang: str, target_lang: str) ->
     if not any(p.is_file() for p in halves):
         return None
     # One half present and the other missing is an error, not an absent split.
-    return _FileSpec("pair", (_pair_half(base / name, source_lang), _pair_half(base / name, target_lang)))
-
-
-def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, text without the line terminator), decoding strict UTF-8 line by line."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as handle:
-        yield from decode_lines(handle, str(path), ParallelDataError)
-
-
-def _read_text_pair(source_path: Path, target_path: Path) -> Iterator[tuple[str, str]]:
-    source_lines, target_lines = _iter_lines(source_path), _iter_lines(target_path)
-    count = 0
-    for source, target in zip_longest(source_lines, target_lines):
-        if source is None or target is None:
-            # One file ended first: count the rest of the other for the message.
-            source_count = count + (0 if source is None else 1 + sum(1 for _ in source_lines))
-            target_count = count + (0 if target is None else 1 + sum(1 for _ in target_lines))
-            raise ParallelDataError(
-                f"parallel files are not line-aligned: {source_path} has {source_count} lines but {target_path} "
-                f"has {target_count} lines"
-            )
-        count += 1
-        yield source[1].strip(), target[1].strip()
-
-
-def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
-    for lineno, line in _iter_lines(path):
-        if not line.strip():
-            yield "", ""  # a blank line is a pair with both sides empty
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            hint = " (a JSON array is not supported: write one object per line)" if line.lstrip() == "[" else ""
-            raise ParallelDataError(f"{path}:{lineno}: not valid JSON: {err.msg} at column {err.colno}{hint}") from err
-        translation = record.get("translation") if isinstance(record, dict) else None
-        if not isinstance(translation, dict):
-            raise ParallelDataError(
-                f"{path}:{lineno}: expected an object with key 'translation' holding "
-                f'{{"{source_lang}": ..., "{target_lang}": ...}}'
-            )
-        texts = []
-        for lang in (source_lang, target_lang):
-            if lang not in translation:
-                raise ParallelDataError(
-                    f"{path}:{lineno}: 'translation' has no key {lang!r} (keys: {sorted(translation)})"
-                )
-            value = translation[lang]
-            if not isinstance(value, str):
-                raise ParallelDataError(
-                    f"{path}:{lineno}: translation[{lang!r}] is {type(value).__name__}, expected a string"
-                )
-            texts.append(value.strip())
-        yield texts[0], texts[1]
-
-
-def _read_tsv(path: Path, source_lang: str, target_lang: str) -> Iterator[tuple[str, str]]:
-    source_index, target_index = 0, 1
-    for lineno, line in _iter_lines(path):
-        if not line.strip():
-            yield "", ""  # a blank line is a pair with both sides empty
-            continue
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise ParallelDataError(
-                f"{path}:{lineno}: expected 2 tab-separated fields ({source_lang}, {target_lang}), found {len(fields)}"
-            )
-        stripped = [field.strip() for field in fields]
-        if lineno == 1 and sorted(stripped) == sorted([source_lang, target_lang]):
-            # A header of language codes fixes the column order.
-            source_index, target_index = stripped.index(source_lang), stripped.index(target_lang)
-            continue
-        yield stripped[source_index], stripped[target_index]
+    return _FileSpec("pair", (pair_half(base / name, source_lang), pair_half(base / name, target_lang)))
 
 
 # Pairs per Arrow record batch while reading: bounds the reader's memory (~10 MB of text at WMT's lengths).
@@ -650,7 +555,7 @@ def _read_split_to_arrow(
     size. A second run on unchanged files maps the file the first one wrote and reads no text. The file is
     written in a staging folder renamed into place when complete: a killed run never leaves a cache to reuse.
     """
-    from .data_cache import default_cache_root
+    from .cache import default_cache_root
 
     features = _translation_features(source_lang, target_lang)
     identity = [_READER_VERSION, spec.kind, source_lang, target_lang, [_file_identity(p) for p in spec.paths]]

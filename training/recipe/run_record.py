@@ -12,8 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .arguments import DataArguments, ModelArguments, VaswaniTrainingArguments
-from .data import SplitStats
+from ..data.arguments import DataArguments
+from ..data.corpora import SplitStats
+from .arguments import ModelArguments, VaswaniTrainingArguments
 
 
 def _known_fields(cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,6 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 
 import datasets
@@ -49,6 +48,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, Features, Value
+
+from .tokenizer import WordCache, flatten_ids, release_free_heap
 
 logger = logging.getLogger(__name__)
 
@@ -290,7 +291,7 @@ class _SplitBuilder:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         plain = type(tokenizer).__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")
         self.backend = backend if plain and backend.truncation is None and backend.padding is None else None
-        self.words = _WordCache.for_backend(self.backend) if self.backend is not None else None
+        self.words = WordCache.for_backend(self.backend) if self.backend is not None else None
 
     def _encode(self, texts: list[str], target: bool) -> tuple[np.ndarray, np.ndarray]:
         """(ids per sentence, all ids concatenated) of `texts`: the lengths and the values of an Arrow list column."""
@@ -298,10 +299,10 @@ class _SplitBuilder:
             return self.words.encode(texts)
         if self.backend is not None:
             encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-            return _flatten([encoding.ids for encoding in encode(texts, add_special_tokens=True)])
+            return flatten_ids([encoding.ids for encoding in encode(texts, add_special_tokens=True)])
         if target:
-            return _flatten(self.tokenizer(text_target=texts)["input_ids"])
-        return _flatten(self.tokenizer(texts)["input_ids"])
+            return flatten_ids(self.tokenizer(text_target=texts)["input_ids"])
+        return flatten_ids(self.tokenizer(texts)["input_ids"])
 
     def build(
         self, dataset: Dataset, split: str, batch_size: int, sink: Path | None, num_workers: int | None = None
@@ -385,8 +386,6 @@ class _SplitBuilder:
             # off itself); this process keeps its own setting and its working pool.
             # gc.freeze: the workers' garbage collector then never walks (and so never copies, page by page) the
             # objects they share with this process copy-on-write.
-            from .tokenizer import release_free_heap
-
             release_free_heap()  # pages the workers would otherwise share and count as theirs
             gc.freeze()
             try:
@@ -427,11 +426,6 @@ class _SplitBuilder:
         np.cumsum(lengths, out=offsets[1:])
         values = values.astype(self.dtype, copy=False)
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=self.value_type))
-
-
-def _flatten(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    return lengths, np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
 
 
 def _truncate(lengths: np.ndarray, values: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -483,162 +477,3 @@ def _environment(name: str, value: str) -> Iterator[None]:
             del os.environ[name]
         else:
             os.environ[name] = previous
-
-
-class _WordIndex(dict):
-    """Word -> word number, -1 for a word not seen yet (so that lookups over a batch run in C, misses included)."""
-
-    def __missing__(self, word: str) -> int:
-        return -1
-
-
-class _WordCache:
-    """Encode sentences word by word through a cache, for the project's joint BPE (training/tokenizer.py).
-
-    Its pre-tokenizer (Metaspace, split on every space, then punctuation isolated) never lets a piece cross a space,
-    so after NFKC a sentence's ids are the ids of its space-separated words, each encoded alone (Metaspace gives
-    every word its leading `▁`), followed by the EOS of the post-processor. Natural text repeats its words (Zipf),
-    so each distinct word goes through the Rust tokenizer once per cache lifetime instead of once per occurrence:
-    the Rust pre-tokenizer costs ~100 µs a sentence on this project's CPU, a dictionary lookup well under 1 µs a word.
-
-    Used only when the tokenizer's normalizer, pre-tokenizer, BPE model and post-processor are exactly the joint
-    BPE's (compared as JSON), and checked on the first batch against the tokenizer's own `encode_batch`: any
-    difference turns it off for the run. Sentences the rule does not cover (empty, starting with a space after
-    normalisation, or holding a `▁`) go to the tokenizer as they are.
-
-    The cache is a dictionary from word to word number and the words' ids in one array (`pool`, with each word's
-    start and length), so that a batch is encoded with one dictionary lookup per word in C (`map`) and array
-    operations, not a Python loop over its sentences.
-    """
-
-    MAX_WORDS = 2_000_000  # cleared when full: bounds memory (~250 MB) on corpora with a very long tail
-
-    def __init__(self, backend, suffix: list[int], space_ids: list[int], nfkc: bool):
-        self.backend = backend
-        self.suffix = suffix
-        self.nfkc = nfkc
-        self.space_ids = space_ids
-        self._clear()
-        self.verified = False
-
-    def _clear(self) -> None:
-        self.index = _WordIndex()
-        self.pool = np.zeros(0, dtype=np.int64)
-        self.word_starts = np.zeros(0, dtype=np.int64)
-        self.word_lengths = np.zeros(0, dtype=np.int64)
-        self._add([""], [self.space_ids])  # two spaces in a row leave a lone `▁` piece
-
-    def _add(self, words: list[str], ids: list[list[int]]) -> None:
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        starts = len(self.pool) + np.cumsum(lengths) - lengths
-        values = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
-        self.pool = np.concatenate([self.pool, values])
-        self.word_starts = np.concatenate([self.word_starts, starts])
-        self.word_lengths = np.concatenate([self.word_lengths, lengths])
-        self.index.update(zip(words, range(len(self.index), len(self.index) + len(words))))
-
-    @classmethod
-    def for_backend(cls, backend) -> _WordCache | None:
-        from .tokenizer import joint_bpe_pipeline_json
-
-        try:
-            described = json.loads(backend.to_str())
-        except (ValueError, AttributeError):
-            return None
-        expected = joint_bpe_pipeline_json()
-        if any(described.get(key) != value for key, value in expected.items()):
-            return None
-        model = described.get("model") or {}
-        if model.get("type") != "BPE" or model.get("dropout") not in (None, 0.0):
-            return None
-        if backend.encode("", add_special_tokens=False).ids:
-            return None
-        space_ids = backend.encode("a  a", add_special_tokens=False).ids
-        word_ids = backend.encode("a", add_special_tokens=False).ids
-        if space_ids[: len(word_ids)] != word_ids or space_ids[-len(word_ids) :] != word_ids:
-            return None
-        return cls(backend, backend.encode("").ids, space_ids[len(word_ids) : -len(word_ids)], nfkc=True)
-
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids per sentence, all ids concatenated), as `_SplitBuilder._encode` returns them."""
-        if not self.verified:
-            return self._verify(texts)
-        return self._encode(texts)
-
-    def _reference(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.backend.encode_batch_fast(texts, add_special_tokens=True)]
-
-    def _verify(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        reference = _flatten(self._reference(texts))
-        mine = self._encode(texts)
-        self.verified = True
-        if all(np.array_equal(a, b) for a, b in zip(mine, reference, strict=True)):
-            return reference
-        ends = np.cumsum(mine[0])
-        rows = np.split(mine[1], ends[:-1]) if len(texts) else []
-        first = next(i for i, (a, b) in enumerate(zip(rows, self._reference(texts), strict=True)) if a.tolist() != b)
-        logger.warning(
-            "word-cache encoding differs from the tokenizer on %r; encoding sentence by sentence", texts[first]
-        )
-        self._clear()
-        self.encode = lambda batch: _flatten(self._reference(batch))
-        return reference
-
-    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Batch-wide: the sentences joined by spaces and split once give every sentence's words in order (each
-        sentence has `count(" ") + 1` of them), so the lookups, the ids and the lengths are whole-batch operations
-        instead of a Python loop over the sentences."""
-        if not texts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        normalizer = self.backend.normalizer
-        if len(self.index) > self.MAX_WORDS:
-            self._clear()
-        if normalizer is not None:
-            # NFKC leaves ASCII unchanged, so only other text pays for the normaliser call.
-            texts = [text if text.isascii() else normalizer.normalize_str(text) for text in texts]
-        joined = " ".join(texts)
-        if "\u2581" in joined or not all(text and text[0] != " " for text in texts):
-            return self._encode_mixed(texts)
-        words = joined.split(" ")
-        numbers = np.fromiter(map(self.index.__getitem__, words), dtype=np.int64, count=len(words))
-        misses = np.flatnonzero(numbers < 0).tolist()
-        if misses:
-            new = list(dict.fromkeys(words[i] for i in misses))
-            self._add(new, [e.ids for e in self.backend.encode_batch_fast(new, add_special_tokens=False)])
-            numbers[misses] = [self.index[words[i]] for i in misses]
-        piece_lengths = self.word_lengths[numbers]
-        word_counts = np.fromiter((text.count(" ") + 1 for text in texts), dtype=np.int64, count=len(texts))
-        first_words = np.cumsum(word_counts) - word_counts
-        # Each word's ids gathered from the pool: position = the word's start + the index within the word.
-        piece_ends = np.cumsum(piece_lengths)
-        within = np.arange(int(piece_ends[-1])) - np.repeat(piece_ends - piece_lengths, piece_lengths)
-        word_ids = self.pool[np.repeat(self.word_starts[numbers], piece_lengths) + within]
-        suffix = np.asarray(self.suffix, dtype=np.int64)
-        lengths = np.add.reduceat(piece_lengths, first_words) + len(suffix)
-        if not len(suffix):
-            return lengths, word_ids
-        # The suffix (the EOS) after each sentence's word ids: scatter the word ids around the suffix positions.
-        values = np.empty(int(lengths.sum()), dtype=np.int64)
-        is_suffix = np.zeros(len(values), dtype=bool)
-        suffix_positions = (np.cumsum(lengths) - len(suffix))[:, None] + np.arange(len(suffix))
-        is_suffix[suffix_positions.ravel()] = True
-        values[is_suffix] = np.tile(suffix, len(texts))
-        values[~is_suffix] = word_ids
-        return lengths, values
-
-    def _encode_mixed(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Sentences the word rule does not cover go to the tokenizer as they are, the others through `_encode`; then
-        back in order. Not covered: empty, starting with a space after normalisation, or holding a `▁` (Metaspace adds
-        no `▁` to a text that starts with one, so a word `▁b` encoded alone lacks the lone `▁` piece it gets after a
-        space inside a sentence)."""
-        covered = [bool(text) and text[0] != " " and "\u2581" not in text for text in texts]
-        whole = [i for i, ok in enumerate(covered) if not ok]
-        rule = [i for i, ok in enumerate(covered) if ok]
-        rows: list[list[int] | None] = [None] * len(texts)
-        for index, ids in zip(whole, self._reference([texts[i] for i in whole]), strict=True):
-            rows[index] = ids
-        if rule:
-            lengths, values = self._encode([texts[i] for i in rule])
-            for index, ids in zip(rule, np.split(values, np.cumsum(lengths)[:-1]), strict=True):
-                rows[index] = ids.tolist()
-        return _flatten(rows)

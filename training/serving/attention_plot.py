@@ -27,7 +27,7 @@ DISPLAY_WORD_START_MARK = "\u00b7"
 DISPLAY_SPACE = "\u2423"
 
 
-def _label_ids(target_ids, decoder_start_token_id: int | None, eos_token_id: int | None, pad_token_id: int | None):
+def label_ids(target_ids, decoder_start_token_id: int | None, eos_token_id: int | None, pad_token_id: int | None):
     """The target as label ids: a leading decoder start token (from generate()) and anything after EOS removed."""
     ids = [int(i) for i in (target_ids.tolist() if isinstance(target_ids, torch.Tensor) else target_ids)]
     ids = [i for i in ids if i != -100]
@@ -80,7 +80,7 @@ def cross_attention(
         generate_kwargs["num_return_sequences"] = 1
         target_ids = model.generate(**inputs, **generate_kwargs)[0]
     config = model.config
-    labels = _label_ids(target_ids, config.decoder_start_token_id, config.eos_token_id, config.pad_token_id)
+    labels = label_ids(target_ids, config.decoder_start_token_id, config.eos_token_id, config.pad_token_id)
 
     # Only the eager implementation materialises the attention matrices; sdpa and flash never form them.
     previous = model.config._attn_implementation

@@ -1,4 +1,4 @@
-"""The model card of a trained run: `training/templates/model_card.md` filled in from the run's results.
+"""The model card of a trained run: `training/recipe/templates/model_card.md` filled in from the run's results.
 
 `python -m training.train` calls `write_model_card(output_dir, run)` at the end of a run, where `run` is the
 `RunRecord` it also writes to `results.json` (training/run_record.py); the card becomes the `README.md` of the output folder, which `training.push` uploads
@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from .run_record import RunRecord
+from .schedule import peak_learning_rate
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "model_card.md"
 
@@ -160,7 +161,7 @@ def render_model_card(run: RunRecord, model_name: str = "hf-vaswani") -> str:
         "adam": f"β1 = {args.adam_beta1:g}, β2 = {args.adam_beta2:g}, ε = {args.adam_epsilon:g}",
         "lr_scheduler": args.lr_scheduler_type,
         "learning_rate": f"{args.learning_rate:.3g}",
-        "paper_learning_rate": f"{d_model**-0.5 * warmup**-0.5:.3g}" if warmup >= 1 else "n/a",
+        "paper_learning_rate": f"{peak_learning_rate(d_model, warmup):.3g}" if warmup >= 1 else "n/a",
         "warmup_steps": _number(warmup),
         "label_smoothing": _number(args.label_smoothing_factor),
         "max_tokens": args.max_tokens,

@@ -7,7 +7,7 @@ English sentence — one correct target for each source. The target language is 
 its own lexicon, three genders, case-marked articles, adjectives *after* the noun and agreeing with it,
 verb-second main clauses, verb-final subordinate clauses, person/number verb endings, plural classes
 with a few irregulars, ``niht``/``nain`` negation and German-style numbers ("one and twenty").
-``training/TOY_CORPUS.md`` describes the grammar with examples.
+``training/data/TOY_CORPUS.md`` describes the grammar with examples.
 
 Usage::
 

@@ -1,0 +1,629 @@
+"""Train, average, evaluate and package an hf-vaswani translation model: the paper's recipe on stock tools.
+
+    vaswani-train [RECIPE] [--argument value ...]             (`python -m training.train` from a checkout)
+    accelerate launch --num_processes 2 -m hf_vaswani_training.train [same arguments]
+
+RECIPE is a JSON/YAML file or the name of a recipe shipped in training/recipes (`toy`, `multi30k`); arguments after
+it override it. With no data named, the embedded toy corpus (training/toy_corpus.py) is used, so the command runs
+anywhere offline. See `vaswani-train --help`. Mistakes are UsageErrors, printed as one line by training/cli.py.
+"""
+
+import dataclasses
+import difflib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgumentParser, set_seed
+
+import hf_vaswani
+
+from ..data.arguments import DataArguments
+from ..data.cache import (
+    LongSentencesError,
+    default_cache_root,
+    sequence_lengths,
+    tokenize_to_cache,
+    tokenizers_parallelism,
+)
+from ..data.corpora import load_parallel_data
+from ..data.tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
+from ..serving.decoding import translate
+from ..usage import (
+    TrainRequest,
+    UsageError,
+    check_model_dir,
+    check_output_dir,
+    check_safetensors,
+    one_line,
+    recipe_to_argv,
+    split_recipe,
+    unknown_options_message,
+)
+from .arguments import ModelArguments, VaswaniTrainingArguments
+from .average_checkpoints import average_checkpoints, last_checkpoints
+from .checkpoints import checkpoint_name, last_complete_checkpoint
+from .model_card import write_model_card
+from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
+from .schedule import peak_learning_rate
+from .trainer import TimeBudgetCallback, VaswaniTrainer
+
+logger = logging.getLogger(__name__)
+
+
+# ---- arguments ------------------------------------------------------------------------------------------------------
+
+
+class _TrainArgumentParser(HfArgumentParser):
+    """HfArgumentParser whose errors are UsageErrors (one line) and that names the recipe a bad value came from."""
+
+    recipe: Path | None = None
+    recipe_keys: frozenset[str] = frozenset()
+    command_line: tuple[str, ...] = ()
+
+    def error(self, message: str):
+        option = message.split(":", 1)[0].removeprefix("argument ").split("/")[0].strip()
+        name = option.removeprefix("--")
+        from_recipe = name in self.recipe_keys and not any(t.split("=")[0] == option for t in self.command_line)
+        where = f"{self.recipe}: key {name!r}: " if from_recipe else ""
+        raise UsageError(f"{where}{message} (see vaswani-train --help)")
+
+
+def _unknown_recipe_keys_message(recipe: Path, unknown: list[str], known: set[str]) -> str:
+    names = sorted(option.removeprefix("--") for option in known if option.startswith("--"))
+    close = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else "; vaswani-train --help lists the valid names"
+    more = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+    return f"{recipe}: unknown key {unknown[0]!r}{more}{hint}"
+
+
+def parse_arguments(
+    argv: list[str] | TrainRequest | None = None,
+) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
+    """`[RECIPE] [--option value ...]`: RECIPE is a JSON/YAML file or the name of a shipped recipe (toy, multi30k);
+    options after it override its values. Options are matched exactly (no prefixes: a recipe's "max_step" is an
+    error, not max_steps), and every mistake is a UsageError naming the recipe file or the option. A TrainRequest
+    (the front door's reading of the same arguments) is used as it is, not read again."""
+    request = argv if isinstance(argv, TrainRequest) else as_request(sys.argv[1:] if argv is None else argv)
+    recipe, values, rest = request.recipe, request.values, list(request.argv)
+    parser = _TrainArgumentParser(
+        (ModelArguments, DataArguments, VaswaniTrainingArguments), prog="vaswani-train", allow_abbrev=False
+    )
+    parser.recipe, parser.recipe_keys, parser.command_line = recipe, frozenset(values), tuple(rest)
+    known = set(parser._option_string_actions)  # every spelling the parser accepts, aliases and --no_* included
+    unknown = [key for key in values if f"--{key}" not in known]
+    if unknown:
+        raise UsageError(_unknown_recipe_keys_message(recipe, unknown, known))
+    try:
+        *arguments, remaining = parser.parse_args_into_dataclasses(
+            args=recipe_to_argv(values) + rest, return_remaining_strings=True
+        )
+    except UsageError:
+        raise
+    except ValueError as error:  # the dataclasses' own checks (ours and Seq2SeqTrainingArguments')
+        raise UsageError(f"{one_line(error)} (see vaswani-train --help)") from error
+    if remaining:
+        raise UsageError(unknown_options_message(remaining, known, where="") + " (see vaswani-train --help)")
+    return tuple(arguments)
+
+
+def check_arguments(
+    model_args: ModelArguments, data_args: DataArguments, training_args, checked_model: str | None = None
+) -> None:
+    """What can be checked before any data is read or model built; every failure is one UsageError line.
+    `checked_model`: a --model_name_or_path the front door has checked already (not asked of the Hub again)."""
+    if model_args.model_name_or_path and model_args.model_name_or_path != checked_model:
+        needs_tokenizer = not model_args.tokenizer_name_or_path  # else the model folder's own tokenizer is used
+        check_model_dir(model_args.model_name_or_path, "--model_name_or_path", needs_tokenizer=needs_tokenizer)
+    else:
+        load_preset(model_args.preset)
+    check_output_dir(training_args.output_dir, "--output_dir")
+    for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
+        value = getattr(data_args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value}: must be 1 or more (leave it out to use the whole split)")
+    for name in ("max_source_length", "max_target_length"):
+        if getattr(data_args, name) < 2:
+            raise UsageError(f"--{name} {getattr(data_args, name)}: must be at least 2 (a token and the EOS)")
+    resume = training_args.resume_from_checkpoint
+    if resume not in (None, "True", "true", "last") and (Path(resume) / "model.safetensors").is_file():
+        check_safetensors(Path(resume) / "model.safetensors")
+    if resume in ("True", "true", "last") and last_complete_checkpoint(Path(training_args.output_dir)) is None:
+        raise UsageError(
+            f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in {training_args.output_dir}; "
+            "start without --resume_from_checkpoint"
+        )
+    check_saved_tokenizer(model_args, data_args, training_args)
+
+
+def check_saved_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args) -> None:
+    """A tokenizer already in output_dir is reused (a run continues with its own token ids) only when it was
+    trained with this run's --vocab_size and --bpe_min_frequency, as recorded when it was written; a tokenizer with
+    no record (a run of an older version, or files copied in by hand) is not trusted unless the run resumes."""
+    if model_args.tokenizer_name_or_path or model_args.model_name_or_path:
+        return  # the tokenizer comes from there, not from output_dir
+    output_dir = Path(training_args.output_dir)
+    if not (output_dir / "tokenizer.json").is_file():
+        return
+    record_path = output_dir / TRAINED_WITH_FILE
+    fix = f"choose another --output_dir, or delete {output_dir} to train a new tokenizer"
+    if not record_path.is_file():
+        if training_args.resume_from_checkpoint:
+            return
+        raise UsageError(
+            f"--output_dir {output_dir} already holds a tokenizer.json with no record of how it was trained "
+            f"({TRAINED_WITH_FILE}); {fix}, or pass --tokenizer_name_or_path {output_dir} to reuse it"
+        )
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    wanted = {"vocab_size": model_args.vocab_size, "min_frequency": model_args.bpe_min_frequency}
+    options = {"vocab_size": "--vocab_size", "min_frequency": "--bpe_min_frequency"}
+    if data_args.source_lang:
+        wanted.update(source_lang=data_args.source_lang, target_lang=data_args.target_lang)
+        options.update(source_lang="--source_lang", target_lang="--target_lang")
+    for key, value in wanted.items():
+        if record.get(key) != value:
+            raise UsageError(
+                f"{options[key]} {value}: the tokenizer already in --output_dir {output_dir} was trained with "
+                f"{key}={record.get(key)}; {fix}, or pass {options[key]} {record.get(key)} to continue with it"
+            )
+
+
+# ---- model ----------------------------------------------------------------------------------------------------------
+
+
+def load_preset(preset: str) -> dict:
+    """`hf_vaswani.load_preset`, with a one-line --preset error naming the closest preset."""
+    try:
+        return hf_vaswani.load_preset(preset)
+    except ValueError as error:
+        close = difflib.get_close_matches(preset, hf_vaswani.preset_names(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(f"--{error}{hint}") from None
+
+
+def check_tokenizer_fits(tokenizer, config) -> None:
+    """A vocabulary larger than the embedding would fail deep inside nn.Embedding; say so up front."""
+    if len(tokenizer) > config.vocab_size:
+        raise UsageError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}: ids "
+            f">= {config.vocab_size} have no embedding. Use the model's own tokenizer or resize the model with "
+            "model.resize_token_embeddings(len(tokenizer))."
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name) != getattr(config, name):
+            raise UsageError(
+                f"tokenizer.{name}={getattr(tokenizer, name)} differs from the model config's "
+                f"{name}={getattr(config, name)}"
+            )
+
+
+def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
+    if model_args.model_name_or_path:
+        model = AutoModelForSeq2SeqLM.from_pretrained(
+            model_args.model_name_or_path,
+            attn_implementation=model_args.attn_implementation,
+            trust_remote_code=model_args.trust_remote_code,
+        )
+        if model_args.dropout is not None:
+            model.config.dropout = model_args.dropout
+    else:
+        config = hf_vaswani.preset_config(
+            model_args.preset,
+            tokenizer,
+            max_position_embeddings=max(
+                load_preset(model_args.preset).get("max_position_embeddings", 1024),
+                data_args.max_source_length,
+                data_args.max_target_length + 1,
+            ),
+            **({"dropout": model_args.dropout} if model_args.dropout is not None else {}),
+        )
+        model = hf_vaswani.VaswaniForConditionalGeneration._from_config(
+            config, attn_implementation=model_args.attn_implementation
+        )
+    check_tokenizer_fits(tokenizer, model.config)
+    return model
+
+
+def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
+    """generation_config.json of the output carries the paper's decoding (§6.1, hf_vaswani.PAPER_DECODING) as its
+    defaults, with this run's --generation_num_beams, --length_penalty and --max_length_offset."""
+    hf_vaswani.set_paper_decoding(
+        model.generation_config,
+        num_beams=training_args.generation_num_beams or hf_vaswani.PAPER_DECODING["num_beams"],
+        length_penalty=training_args.length_penalty,
+        max_length_offset=training_args.max_length_offset,
+    )
+    model.generation_config._from_model_config = False
+
+
+# ---- launch ---------------------------------------------------------------------------------------------------------
+
+
+def check_launch(parent_cmdline: list[str] | None = None) -> None:
+    """Refuse `accelerate launch --cpu --num_processes N` (N > 1), which starts ONE process and says nothing.
+
+    Accelerate's `--cpu` goes to its simple launcher, which runs the script once (several CPU processes need
+    mpirun and a hostfile); the requested count reaches the script neither as WORLD_SIZE nor in any ACCELERATE_*
+    variable, so it is read from the launcher's command line, the parent process (Linux /proc). The form that
+    works on CPUs is `--multi_gpu --num_processes N`: torchrun starts N processes, on the gloo backend when there
+    is no GPU.
+    """
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true") or "WORLD_SIZE" in os.environ:
+        return
+    if parent_cmdline is None:
+        try:
+            raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+        except OSError:
+            return  # not Linux: nothing to read, nothing to check
+        parent_cmdline = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    requested = None
+    for index, part in enumerate(parent_cmdline):
+        for flag in ("--num_processes", "--num-processes"):
+            if part == flag and index + 1 < len(parent_cmdline):
+                requested = parent_cmdline[index + 1]
+            elif part.startswith(flag + "="):
+                requested = part.split("=", 1)[1]
+    if requested is not None and requested.isdigit() and int(requested) > 1:
+        raise UsageError(
+            f"accelerate launch --cpu --num_processes {requested} starts only 1 process (its --cpu launcher has no "
+            f"multi-process mode); use `accelerate launch --multi_gpu --num_processes {requested} ...` instead, which "
+            "runs that many CPU processes (gloo) on a machine without GPUs, or drop --num_processes"
+        )
+
+
+# ---- data -----------------------------------------------------------------------------------------------------------
+
+
+def tokenize_splits(
+    raw, tokenizer, data_args: DataArguments, source_lang: str, target_lang: str, main_process, cache_dir=None
+) -> dict:
+    """input_ids/labels for every split, long training pairs handled as --long_sentences says.
+
+    Built batch by batch into an on-disk Arrow cache keyed by the data, the tokenizer and the length settings
+    (training/data_cache.py), so a second run on the same data starts at once; the main process builds it first.
+    """
+    with main_process(desc="tokenizing"), tokenizers_parallelism():
+        try:
+            return tokenize_to_cache(
+                raw,
+                tokenizer,
+                source_lang,
+                target_lang,
+                max_source_length=data_args.max_source_length,
+                max_target_length=data_args.max_target_length,
+                long_sentences=data_args.long_sentences,
+                cache_root=cache_dir,
+                num_workers=data_args.preprocessing_num_workers,
+            )
+        except LongSentencesError as error:
+            raise UsageError(str(error)) from None
+
+
+def training_lengths(dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) token counts per training example, for the token-batch sampler (from Arrow offsets)."""
+    return sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels")
+
+
+@dataclasses.dataclass
+class PreparedData:
+    raw: datasets.DatasetDict
+    stats: dict
+    source_lang: str
+    target_lang: str
+    tokenizer: object
+    tokenized: dict
+
+
+def prepare_training_data(
+    model_args: ModelArguments, data_args: DataArguments, training_args, tokenizer_source: str | None = None
+) -> PreparedData:
+    """Everything before the model: read the splits, load or train the joint BPE, tokenise (all cached on disk).
+
+    Text, tokenizer and tokenised splits are cached by content, so a repeated run on the same files reads no text,
+    trains no BPE and tokenises nothing. The Rust tokenizer uses every core here (see `tokenizers_parallelism`).
+    """
+    if data_args.preprocessing_num_workers:
+        # The tokenizer's thread pool reads this once, when first used: --preprocessing_num_workers caps it.
+        os.environ.setdefault("RAYON_NUM_THREADS", str(data_args.preprocessing_num_workers))
+    output_dir = Path(training_args.output_dir)
+    is_main = training_args.process_index == 0
+    with tokenizers_parallelism():
+        raw, stats = load_parallel_data(data_args, seed=training_args.seed)
+        source_lang, target_lang = raw["train"].features["translation"].languages
+        if data_args.source_lang:
+            source_lang, target_lang = data_args.source_lang, data_args.target_lang
+        for split, limit in (
+            ("train", data_args.max_train_samples),
+            ("validation", data_args.max_eval_samples),
+            ("test", data_args.max_test_samples),
+        ):
+            if limit is not None and split in raw:
+                raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+        logger.info("Data %s->%s: %s", source_lang, target_lang, {k: len(v) for k, v in raw.items()})
+
+        # ---- tokenizer (trained once, on the main process) ----
+        with training_args.main_process_first(desc="tokenizer"):
+            if tokenizer_source is None and not is_main:
+                tokenizer_source = str(output_dir)  # written by the main process a moment ago
+            tokenizer = load_or_train_tokenizer(
+                tokenizer_source,
+                raw["train"],
+                source_lang,
+                target_lang,
+                vocab_size=model_args.vocab_size,
+                min_frequency=model_args.bpe_min_frequency,
+                model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+                save_dir=output_dir if is_main else None,
+                cache_dir=default_cache_root(),
+            )
+        logger.info("Tokenizer: %d tokens", len(tokenizer))
+    tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
+    return PreparedData(raw, stats, source_lang, target_lang, tokenizer, tokenized)
+
+
+# ---- evaluation -----------------------------------------------------------------------------------------------------
+
+
+def make_compute_metrics(tokenizer, metric):
+    def compute_metrics(eval_prediction):
+        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+        predictions = np.where(predictions != -100, predictions, tokenizer.pad_token_id)
+        labels = np.where(labels != -100, labels, tokenizer.pad_token_id)
+        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
+        references = tokenizer.batch_decode(labels, skip_special_tokens=True)
+        scores = metric.compute(predictions=hypotheses, references=references)
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    return compute_metrics
+
+
+def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric, training_args, max_source_length):
+    sources = [pair[source_lang] for pair in raw_split["translation"]]
+    references = [pair[target_lang] for pair in raw_split["translation"]]
+    start = time.monotonic()
+    hypotheses = translate(
+        model,
+        tokenizer,
+        sources,
+        max_tokens=training_args.eval_max_tokens,
+        max_source_length=max_source_length,
+        progress=True,
+    )
+    seconds = time.monotonic() - start
+    scores = metric.compute(predictions=hypotheses, references=references)
+    scores.update(sentences=len(sources), decode_seconds=round(seconds, 2))
+    return scores, sources, hypotheses, references
+
+
+# ---- the recipe, one step each -------------------------------------------------------------------------------------
+
+
+def configure_logging(training_args: VaswaniTrainingArguments) -> None:
+    level = logging.INFO if training_args.should_log else logging.WARNING
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        level=level,
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.disable_default_handler()
+    transformers.utils.logging.enable_propagation()
+    datasets.utils.logging.set_verbosity_warning()
+
+
+def checkpoint_to_resume(training_args: VaswaniTrainingArguments) -> str | None:
+    """--resume_from_checkpoint as a folder: True (or last) is the last complete checkpoint of --output_dir."""
+    resume = training_args.resume_from_checkpoint
+    if resume in ("True", "true", "last"):
+        resume = last_complete_checkpoint(training_args.output_dir)  # skips folders a crash left half-written
+        if resume is None:
+            raise ValueError(f"--resume_from_checkpoint: no complete checkpoint-* folder in {training_args.output_dir}")
+    return resume
+
+
+def tokenizer_to_load(model_args: ModelArguments, output_dir: Path) -> str | None:
+    """Where the tokenizer comes from; None trains one."""
+    source = model_args.tokenizer_name_or_path or model_args.model_name_or_path
+    # A run continues from its own tokenizer: otherwise the token ids would change under the checkpoint.
+    if source is None and (output_dir / "tokenizer.json").is_file():
+        source = str(output_dir)
+    return source
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())  # shared (tied) tensors once
+
+
+def make_model(model_args: ModelArguments, data_args: DataArguments, training_args, tokenizer):
+    """The model to train, with the paper's decoding as its generation config and, unless given, its learning rate."""
+    model = build_model(model_args, data_args, tokenizer)
+    set_paper_decoding(model, training_args)
+    logger.info("Model: %s, %.2fM parameters", model.config.to_diff_dict(), count_parameters(model) / 1e6)
+    if not training_args.learning_rate:
+        training_args.learning_rate = peak_learning_rate(model.config.d_model, training_args.warmup_steps)
+        logger.info("Learning rate: d_model^-0.5 * warmup^-0.5 = %.3g at its peak", training_args.learning_rate)
+    return model
+
+
+def train_model(
+    model, data: PreparedData, training_args: VaswaniTrainingArguments, metric, resume: str | None
+) -> tuple[VaswaniTrainer, RunResults]:
+    """Train (or resume), make sure the last step is a checkpoint, and return the trainer and the figures."""
+    tokenizer = data.tokenizer
+    callbacks = [TimeBudgetCallback(training_args.max_train_minutes)] if training_args.max_train_minutes else []
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=data.tokenized["train"],
+        eval_dataset=data.tokenized.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        # Evaluation decodes through decoding.translate_ids with --eval_max_tokens batches, as the final
+        # evaluation does; compute_metrics scores the stock generate loop where that cannot run (ZeRO-3, FSDP).
+        translation_metric=metric,
+        compute_metrics=make_compute_metrics(tokenizer, metric),
+        callbacks=callbacks,
+        max_tokens=training_args.max_tokens,
+    )
+    started = time.monotonic()
+    train_result = trainer.train(resume_from_checkpoint=resume)
+    seconds = time.monotonic() - started
+    output_dir = Path(training_args.output_dir)
+    # The last step is always a checkpoint, so averaging includes the final weights.
+    if training_args.save_strategy != "no" and not (output_dir / checkpoint_name(trainer.state.global_step)).is_dir():
+        trainer._save_checkpoint(trainer.model, trial=None)
+    # --push_to_hub: let any background checkpoint upload finish before the folder is rewritten with the averaged
+    # model; the final model and its card are pushed at the end.
+    trainer._finish_current_push()
+    trainer.accelerator.wait_for_everyone()
+    results = RunResults(
+        train_loss=train_result.training_loss,
+        train_steps=trainer.state.global_step,
+        train_epochs=trainer.state.epoch,
+        train_minutes=round(seconds / 60, 2),
+        parameters=count_parameters(model),
+    )
+    return trainer, results
+
+
+def average_last_checkpoints(trainer: VaswaniTrainer, training_args: VaswaniTrainingArguments):
+    """The final model: the average of the last --average_last_n checkpoints (§6.1), or the last step's weights.
+
+    Returns the model and the names of the checkpoints averaged (none when it is the last step's).
+    """
+    output_dir = Path(training_args.output_dir)
+    if training_args.average_last_n > 1 and training_args.save_strategy != "no":
+        checkpoints = last_checkpoints(output_dir, training_args.average_last_n)
+        if len(checkpoints) > 1:
+            averaged_dir = average_checkpoints(checkpoints, output_dir / ".averaged", overwrite=True)
+            averaged = [checkpoint.name for checkpoint in checkpoints]
+            logger.info("Averaged %s", averaged)
+            return AutoModelForSeq2SeqLM.from_pretrained(averaged_dir).to(trainer.model.device), averaged
+    return trainer.model, []
+
+
+def save_final_model(model, tokenizer, training_args: VaswaniTrainingArguments) -> None:
+    set_paper_decoding(model, training_args)
+    # Saved through the translation pipeline: model and tokenizer, plus the pipeline's code and `custom_pipelines` in
+    # config.json, so that pipeline("translation", model=output_dir, trust_remote_code=True) works (5.23 has no such task).
+    pipe = hf_vaswani.VaswaniTranslationPipeline(model=model, tokenizer=tokenizer, device=model.device)
+    pipe.save_pretrained(training_args.output_dir)
+
+
+def evaluate_final_model(
+    model, data: PreparedData, metric, training_args: VaswaniTrainingArguments, data_args: DataArguments
+) -> tuple[dict[str, SplitScores], list[Sample]]:
+    """BLEU and chrF of --final_eval_splits with the paper's decoding (beam 4, GNMT alpha 0.6, max length source +
+    50), and the first test translations as samples."""
+    scores, samples = {}, []
+    for split in training_args.final_eval_splits.split(","):
+        if split not in data.raw:
+            continue
+        values, sources, hypotheses, references = evaluate_split(
+            model, data.tokenizer, data.raw[split], data.source_lang, data.target_lang, metric, training_args,
+            data_args.max_source_length,
+        )  # fmt: skip
+        scores[split] = SplitScores(**values)
+        logger.info("%s: BLEU %.2f  chrF %.2f  (%s)", split, values["bleu"], values["chrf"], values["bleu_signature"])
+        if split == "test":
+            samples = [Sample(*triple) for triple in zip(sources, hypotheses, references)]
+            samples = samples[: training_args.num_samples_to_print]
+    return scores, samples
+
+
+def package(run: RunRecord, trainer: VaswaniTrainer, training_args: VaswaniTrainingArguments) -> None:
+    """results.json and the model card next to the final model, then (--push_to_hub) the folder to the Hub."""
+    output_dir = Path(training_args.output_dir)
+    (output_dir / "results.json").write_text(json.dumps(run.to_dict(), indent=2, default=str) + "\n")
+    write_model_card(output_dir, run)
+    if training_args.push_to_hub:
+        # Not trainer.push_to_hub(): it would save trainer.model (the last step, not the average) over the final
+        # model and replace this card with the Trainer's own.
+        from ..serving.push import push_model_folder
+
+        pushed = push_model_folder(
+            output_dir,
+            trainer.hub_model_id,
+            revision=training_args.hub_revision,
+            token=training_args.hub_token,
+            commit_message="End of training",
+        )
+        print(f"Pushed the final model to {pushed.repo_url}")
+
+
+def print_summary(run: RunRecord, output_dir: Path) -> None:
+    scores = run.results.scores
+    print(f"\nModel written to {output_dir} ({run.results.total_minutes} min in all)")
+    for split in ("validation", "test"):
+        if split in scores:
+            print(f"{split}: sacreBLEU {scores[split].bleu:.2f}, chrF {scores[split].chrf:.2f}")
+    if "test" in scores:
+        print(f"signature: {scores['test'].bleu_signature}")
+    for sample in run.samples:
+        print(f"\n  source:     {sample.source}\n  hypothesis: {sample.hypothesis}\n  reference:  {sample.reference}")
+
+
+# ---- main -----------------------------------------------------------------------------------------------------------
+
+
+def as_request(argv: Sequence[str]) -> TrainRequest:
+    """Command-line arguments read as the front door reads them (cli.preflight_train does more checks first)."""
+    recipe, values, rest = split_recipe(argv)
+    return TrainRequest(recipe=recipe, values=values, argv=tuple(rest))
+
+
+def main(argv: list[str] | TrainRequest | None = None) -> dict:
+    """The recipe: data -> tokenizer -> model -> train -> average -> evaluate -> package. Returns the results.
+    `argv`: the arguments, or the front door's TrainRequest (the console script passes one)."""
+    check_launch()
+    request = argv if isinstance(argv, TrainRequest) else as_request(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, training_args = parse_arguments(request)
+    check_arguments(model_args, data_args, training_args, checked_model=request.checked_model)
+    configure_logging(training_args)
+    started = time.monotonic()
+    set_seed(training_args.seed)
+    output_dir = Path(training_args.output_dir)
+    resume = checkpoint_to_resume(training_args)
+
+    data = prepare_training_data(model_args, data_args, training_args, tokenizer_to_load(model_args, output_dir))
+    model = make_model(model_args, data_args, training_args, data.tokenizer)
+    from .metrics import load_translation_metric
+
+    metric = load_translation_metric()
+    trainer, results = train_model(model, data, training_args, metric, resume)
+    if training_args.process_index != 0:
+        return results.to_dict()
+
+    final_model, results.averaged_checkpoints = average_last_checkpoints(trainer, training_args)
+    save_final_model(final_model, data.tokenizer, training_args)
+    results.scores, samples = evaluate_final_model(final_model, data, metric, training_args, data_args)
+    results.total_minutes = round((time.monotonic() - started) / 60, 2)
+
+    run = RunRecord(
+        model_args=model_args,
+        data_args=data_args,
+        data_stats=data.stats,
+        source_lang=data.source_lang,
+        target_lang=data.target_lang,
+        training_args=Hyperparameters.from_training_args(training_args),
+        model_config=final_model.config.to_diff_dict(),
+        results=results,
+        samples=samples,
+        versions={"transformers": transformers.__version__, "torch": torch.__version__},
+        device=str(final_model.device),
+    )
+    package(run, trainer, training_args)
+    print_summary(run, output_dir)
+    return results.to_dict()
