@@ -222,7 +222,7 @@ def test_space_app_runs_from_a_copy_of_the_repository(tmp_path, model_dir):
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     module_file, status = completed.stdout.splitlines()[-2:]
-    assert Path(module_file) == space / "training" / "explore.py"
+    assert Path(module_file) == space / "training" / "serving" / "explore.py"
     assert status.startswith(f"**Model** `{model_dir}`") and "2 encoder / 2 decoder layers" in status
 
 

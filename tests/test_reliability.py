@@ -485,7 +485,7 @@ def test_every_torch_load_is_weights_only_and_nothing_unpickles(path):
 
 
 def test_the_unsafe_load_scan_sees_the_whole_code_base_and_flags_what_it_should(tmp_path):
-    assert {"hf_vaswani/modeling_vaswani.py", "training/trainer.py", "training/average_checkpoints.py"} <= {
+    assert {"hf_vaswani/modeling_vaswani.py", "training/recipe/trainer.py", "training/recipe/average_checkpoints.py"} <= {
         str(path.relative_to(REPO_ROOT)) for path in _python_files()
     }
     planted = tmp_path / "planted.py"
