@@ -403,3 +403,65 @@ def test_python_dash_m_from_the_checkout_uses_the_same_commands(tmp_path):
         timeout=120,
     )
     assert completed.returncode == 2 and completed.stderr.startswith("vaswani-translate: error: MODEL_DIR")
+
+
+def test_every_command_answers_a_bad_argument_before_torch_datasets_or_gradio(tmp_path):
+    """A wrong option, a misspelt recipe key and the value checks that need no torch are answered by each command's
+    front door with the standard library only."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"preset": "tiny", "max_stpes": 3}))
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from hf_vaswani_training import cli
+        codes = [
+            cli.train(["toy", "--bogus", "1"]),
+            cli.train([{str(recipe)!r}]),
+            cli.train(["toy", "--max_steps", "0"]),
+            cli.train(["toy", "--learning_rate", "nan"]),
+            cli.train(["toy", "--output_dir", ""]),
+            cli.average(["--bogus"]),
+            cli.prepare_wmt(["--bogus"]),
+            cli.push(["--bogus"]),
+            cli.export(["--bogus"]),
+            cli.translate(["--bogus"]),
+        ]
+        heavy = sorted(name for name in ("torch", "transformers", "datasets", "gradio") if name in sys.modules)
+        print(codes, heavy)
+        """
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert completed.stdout.strip() == f"{[2] * 10} []", completed.stdout + completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 10 and "Traceback" not in completed.stderr, completed.stderr
+    assert lines[0].startswith("vaswani-train: error: unknown option --bogus")
+    assert "unknown key 'max_stpes'" in lines[1] and "did you mean 'max_steps'" in lines[1]
+    assert "--max_steps 0" in lines[2] and "--learning_rate nan" in lines[3] and "--output_dir is empty" in lines[4]
+    for line, prog in zip(lines[5:], ["average", "prepare-wmt", "push", "export", "translate"], strict=True):
+        assert line.startswith(f"vaswani-{prog}: error: "), line
+
+
+def test_the_option_names_read_before_torch_cover_every_option_of_the_real_parser():
+    """cli.training_option_names() reads the argument dataclasses' source with ast; it must know every field the real
+    HfArgumentParser accepts (else a valid option would be refused before torch loads)."""
+    from hf_vaswani_training.data.arguments import DataArguments
+    from hf_vaswani_training.recipe.arguments import ModelArguments, VaswaniTrainingArguments
+    from hf_vaswani_training.recipe.train import _TrainArgumentParser
+
+    parser = _TrainArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
+    fields = {action.dest for action in parser._actions if action.option_strings and action.dest != "help"}
+    assert fields and fields <= cli.training_option_names()
+
+
+def test_checkpoint_names_spelled_out_are_the_trainers():
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from hf_vaswani_training.recipe import checkpoints
+
+    assert (checkpoints.PREFIX_CHECKPOINT_DIR, checkpoints.TRAINER_STATE_NAME) == (
+        PREFIX_CHECKPOINT_DIR,
+        TRAINER_STATE_NAME,
+    )
