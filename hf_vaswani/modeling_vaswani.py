@@ -45,6 +45,10 @@ from .generation_vaswani import VaswaniGenerationMixin, set_paper_decoding
 # config.json names it in custom_pipelines (written by the pipeline's save) stays loadable after a plain re-save.
 from .pipeline_vaswani import VaswaniTranslationPipeline  # noqa: F401
 
+# Imported so that trust_remote_code loading on transformers 5.0 copies it: loading a local folder, that release copies
+# only this file's own relative imports into its module cache, not generation_vaswani.py's (5.17 copies all of them).
+from .row_dropping_vaswani import PerSourceStoppingCriteria  # noqa: F401
+
 logger = logging.get_logger(__name__)
 
 

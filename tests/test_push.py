@@ -41,10 +41,12 @@ RUN_ARGS = ["--max_steps", "6", "--average_last_n", "2", "--toy_num_validation",
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A finished tiny run: model files plus checkpoint-3/, checkpoint-6/, .averaged/ and (added) Trainer leftovers."""
+    """A finished tiny run: model files plus checkpoints/ (checkpoint-3/, checkpoint-6/, .averaged/) and (added)
+    Trainer leftovers."""
     output_dir = tmp_path_factory.mktemp("push") / "tiny-vaswani"
     main([*TINY, "--output_dir", str(output_dir), *RUN_ARGS])
-    assert (output_dir / "checkpoint-6" / "optimizer.pt").is_file() and (output_dir / ".averaged").is_dir()
+    checkpoints = output_dir / "checkpoints"
+    assert (checkpoints / "checkpoint-6" / "optimizer.pt").is_file() and (checkpoints / ".averaged").is_dir()
     # What a run with TensorBoard and the Trainer's own Hub pushes leaves next to the model.
     (output_dir / "runs" / "Nov21_run").mkdir(parents=True)
     (output_dir / "runs" / "Nov21_run" / "events.out.tfevents.1.vm").write_bytes(b"\0" * 16)
@@ -183,7 +185,7 @@ def test_push_then_load_from_the_hub_in_a_fresh_process(model_dir, hub_stub, tmp
         assert files[name] == (model_dir / name).read_bytes(), name
     assert files["README.md"].startswith(b"---\nlibrary_name: transformers\n")
     assert b"# tiny-vaswani: a Transformer (Vaswani et al., 2017)" in files["README.md"]
-    assert not [name for name in files if name.startswith(("checkpoint-", ".averaged", "runs/", "training_args"))]
+    assert not [name for name in files if name.startswith(("checkpoint", ".averaged", "runs/", "training_args"))]
     assert json.loads(files["config.json"])["auto_map"]["AutoModelForSeq2SeqLM"].startswith("modeling_vaswani.")
     commits = hub_stub.history(repo_id)
     assert [commit.message for commit in commits] == ["First model", "initial commit"]
@@ -273,7 +275,7 @@ def test_train_with_push_to_hub_leaves_the_final_model_and_card_on_the_hub(hub_s
     for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_config.json", "tokenizer.json"):
         assert files.get(name) == (output_dir / name).read_bytes(), name
     assert files.get("README.md") == (output_dir / "README.md").read_bytes()
-    assert not [name for name in files if name.startswith(("checkpoint-", ".averaged", "runs/"))]
+    assert not [name for name in files if name.startswith(("checkpoint", ".averaged", "runs/"))]
 
 
 def test_the_stub_refuses_what_the_hub_refuses(tmp_path):
