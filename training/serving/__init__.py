@@ -8,6 +8,7 @@
     ctranslate2_export.py  the CTranslate2 converter for this architecture, and a translator over it
     push.py                vaswani-push: a validated model folder to the Hub
     explore.py             vaswani-explore: the attention explorer (a Gradio page; the drawing is in explore_svg.py)
+    explore_models.py      the explorer's loaded models (the served one pinned) and what visitors may load
 
 It imports the data wing and the ground floor, never the recipe.
 """
