@@ -11,12 +11,23 @@ from dataclasses import dataclass, field
 class DataArguments:
     source_lang: str | None = field(default=None, metadata={"help": "Source language code, e.g. de."})
     target_lang: str | None = field(default=None, metadata={"help": "Target language code, e.g. en."})
-    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset (or a local folder like one)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A Hub dataset (or a local folder like one). On the command line it replaces a recipe's local "
+            "files (data_dir, *_file)."
+        },
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. de-en."})
     source_column: str | None = field(default=None, metadata={"help": "Source text column of a two-column set."})
     target_column: str | None = field(default=None, metadata={"help": "Target text column of a two-column set."})
     data_dir: str | None = field(
-        default=None, metadata={"help": "A folder with train/valid/test files (e.g. ../shared/data/multi30k)."}
+        default=None,
+        metadata={
+            "help": "A folder with train/valid/test files (e.g. ../shared/data/multi30k). On the command line it "
+            "(or a --*_file) replaces a recipe's dataset_name, with its config and columns: `vaswani-train multi30k "
+            "--data_dir DIR` reads DIR, not the Hub."
+        },
     )
     train_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
     validation_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})

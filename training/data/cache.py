@@ -14,7 +14,10 @@ The cache is a folder `tokenized-<key>` under the cache root; the key hashes eve
 * the length settings: `max_source_length`, `max_target_length`, `long_sentences`, and the languages.
 
 It is written to a temporary folder in the same parent and renamed into place only when complete, so a run killed
-half-way leaves a `.tmp-*` folder that is never read (and is removed by the next build), never a half cache.
+half-way leaves a `.tmp-*` folder that is never read (and is removed by the next build), never a half cache. Nothing is
+fsynced, so a machine crash can still leave an empty or cut file behind the rename: opening checks every file (meta.json
+parses, each split's Arrow file opens with the recorded number of rows), and a damaged cache is named in a one-line
+warning and rebuilt.
 Datasets held in memory (the embedded toy corpus, `Dataset.from_dict`) have no stable identity and are tokenised
 in memory the same way, without a cache.
 
@@ -197,26 +200,55 @@ def tokenize_to_cache(
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
     folder = root / f"tokenized-{key}"
-    summaries = _read_complete(folder)
-    if summaries is None or set(summaries) != set(raw):
-        summaries = _build_cache(raw, builder, folder, settings, batch_size, long_sentences, num_workers)
-    else:
-        logger.info("tokenised splits from the cache %s", folder)
-        for split, summary in summaries.items():
-            _report(split, summary, long_sentences)
-    return {split: Dataset.from_file(str(folder / f"{split}.arrow"), split=datasets.Split(split)) for split in raw}
+    opened = _open_cache(folder, raw) if folder.exists() else None
+    if opened is None:
+        shutil.rmtree(folder, ignore_errors=True)  # a damaged cache (already named in a warning), or none
+        _build_cache(raw, builder, folder, settings, batch_size, long_sentences, num_workers)
+        return {split: Dataset.from_file(str(folder / f"{split}.arrow"), split=datasets.Split(split)) for split in raw}
+    summaries, splits = opened
+    logger.info("tokenised splits from the cache %s", folder)
+    for split, summary in summaries.items():
+        _report(split, summary, long_sentences)
+    return splits
 
 
 def _read_complete(folder: Path) -> dict[str, SplitSummary] | None:
+    """The split summaries of meta.json; None when there is none or it does not parse."""
     meta = folder / "meta.json"
     if not meta.is_file():
         return None
     try:
         stored = json.loads(meta.read_text())
         return {split: SplitSummary(**summary) for split, summary in stored["splits"].items()}
-    except (ValueError, KeyError, TypeError) as err:
-        logger.warning("ignoring the unreadable cache %s (%s); rebuilding it", folder, err)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _open_cache(folder: Path, raw: Mapping[str, Dataset]) -> tuple[dict[str, SplitSummary], dict[str, Dataset]] | None:
+    """The cache in `folder` opened and checked: meta.json parses and names the splits of `raw`, and every
+    `SPLIT.arrow` opens with the recorded number of examples and the id columns. A damaged cache (what a crash without
+    fsync leaves: an empty or cut file) gives a one-line warning naming it, and None: the caller rebuilds it."""
+    try:
+        summaries = _read_complete(folder)
+        if summaries is None:
+            raise ValueError("meta.json is missing or does not parse")
+        if set(summaries) != set(raw):
+            raise ValueError(f"meta.json has the splits {sorted(summaries)}, not {sorted(raw)}")
+        splits = {}
+        for split in raw:
+            dataset = Dataset.from_file(str(folder / f"{split}.arrow"), split=datasets.Split(split))
+            if dataset.column_names != ["input_ids", "labels"] or dataset.num_rows != summaries[split].num_examples:
+                raise ValueError(
+                    f"{split}.arrow has {dataset.num_rows} rows of {dataset.column_names}, meta.json says "
+                    f"{summaries[split].num_examples} of input_ids, labels"
+                )
+            splits[split] = dataset
+    except (OSError, ValueError, pa.ArrowException) as error:
+        text = str(error).strip()
+        reason = text.splitlines()[0] if text else type(error).__name__
+        logger.warning("the tokenised-data cache %s is damaged (%s); rebuilding it", folder, reason)
+        return None
+    return summaries, splits
 
 
 def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, long_sentences: str, num_workers):

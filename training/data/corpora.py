@@ -23,11 +23,13 @@ One entry point, `load_parallel_data`, reads from one of three sources:
 3. Nothing named: the embedded toy corpus from `training/toy_corpus.py` (imported lazily).
 
 The local readers are plain Python on purpose: reading line by line with strict UTF-8 lets every error name
-the file and the 1-based line, and corrupt data stops the run at load time, before any training step. They
+the file and the 1-based line, and corrupt data stops the run at load time, before any training step. Control
+characters other than the tab (a NUL, DEL, C1) are refused the same way (textfiles.CONTROL_CHARACTERS). They
 stream: pairs go to an Arrow file one record batch at a time (memory bounded by a batch, not the corpus), and
 the split is returned memory-mapped from it. The file is cached under `cache_dir` (default
 `$HF_DATASETS_CACHE/hf_vaswani/text`), keyed by the files' content hash (their path, size, mtime and inode above
-256 MiB), so a second run on unchanged files reads no text.
+256 MiB), so a second run on unchanged files reads no text. A cached split that does not open with its recorded
+number of pairs (an empty or cut file, left by a crash) is named in a warning and read again.
 Blank sentences: a pair whose source or target is empty or whitespace-only is dropped (it would train the
 model to map something to nothing); the count is logged as a warning and returned in `SplitStats`.
 Leading and trailing whitespace of a line in a local file is removed (line terminators, `\\r` of
@@ -409,7 +411,15 @@ def _load_local_files(
             path = Path(named)
             if base is not None and not path.is_absolute():
                 path = base / path
-            spec: _FileSpec | None = _resolve_spec(path, source_lang, target_lang)
+            try:
+                spec: _FileSpec | None = _resolve_spec(path, source_lang, target_lang)
+            except DataFileNotFoundError:
+                if path.is_dir():
+                    raise ParallelDataError(
+                        f"--{split}_file {named}: is a folder, give a file (.jsonl, .tsv or the prefix of a text "
+                        "pair; a folder of train/valid/test files is --data_dir)"
+                    ) from None
+                raise
         elif base is not None:
             spec = _find_split_in_dir(base, split, source_lang, target_lang)
         else:
@@ -532,7 +542,7 @@ _READ_BATCH = 50_000
 # (hashing 10 GB of en-fr text on every start would cost more than the cache saves).
 _CONTENT_HASH_LIMIT = 256 * 2**20
 # Bump when the reading rules change (stripping, blank pairs, formats), so older cached splits are not reused.
-_READER_VERSION = 1
+_READER_VERSION = 2  # 2: control characters refused (textfiles.CONTROL_CHARACTERS)
 
 
 def _file_identity(path: Path) -> list:
@@ -563,10 +573,12 @@ def _read_split_to_arrow(
     root = (Path(cache_dir) if cache_dir is not None else default_cache_root()) / "text"
     folder = root / f"{split}-{key}"
     meta = folder / "meta.json"
-    if meta.is_file():
-        counts = json.loads(meta.read_text())
-        logger.info("%s split: reusing %s (the files are unchanged)", split, folder)
-        return Dataset.from_file(str(folder / "data.arrow"), split=split), counts["pairs"], counts["skipped"]
+    if folder.exists():
+        cached = _open_cached_split(folder, split)
+        if cached is not None:
+            logger.info("%s split: reusing %s (the files are unchanged)", split, folder)
+            return cached
+        shutil.rmtree(folder, ignore_errors=True)
 
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{split}-{key}-", dir=root))
@@ -601,6 +613,29 @@ def _read_split_to_arrow(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Dataset.from_file(str(folder / "data.arrow"), split=split), kept, skipped
+
+
+def _open_cached_split(folder: Path, split: str) -> tuple[Dataset, int, int] | None:
+    """The cached split in `folder` when it is whole: meta.json parses and data.arrow opens with the recorded number
+    of pairs. Otherwise (what a crash without fsync leaves: an empty or cut file) a one-line warning and None, and the
+    caller reads the text again."""
+    try:
+        counts = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        pairs, skipped = int(counts["pairs"]), int(counts["skipped"])
+        dataset = Dataset.from_file(str(folder / "data.arrow"), split=split)
+        if dataset.num_rows != pairs:
+            raise ValueError(f"data.arrow has {dataset.num_rows} pairs, meta.json says {pairs}")
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as error:
+        logger.warning(
+            "the cached %s split %s is damaged (%s); reading the files again", split, folder, _first_line(error)
+        )
+        return None
+    return dataset, pairs, skipped
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _pair_batch(

@@ -19,7 +19,8 @@ columns named by the languages; blank pairs dropped):
         --dataset_name wmt/wmt14 --dataset_config_name de-en
 
 Everything streams (the 4.5M pairs are never in memory) and is checked on the way: files of different lengths and
-invalid UTF-8 stop with the file and line, as in training. Blank pairs of files are copied as they are; training
+invalid UTF-8 stop with the file and line, as in training; control characters, which training refuses (WMT's
+crawled corpora have some), become spaces, counted in a warning. Blank pairs of files are copied as they are; training
 skips and counts them. The output is written to a staging folder and renamed into place, so a half-written folder never
 looks complete. The script prints the pair counts and the training command to run next.
 """
@@ -37,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..usage import ArgumentParser, one_line
-from .textfiles import ParallelDataError, iter_lines, pair_half, read_text_pair
+from .textfiles import CONTROL_CHARACTERS, ParallelDataError, iter_lines, pair_half, read_text_pair
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ _SEGMENT = re.compile(r"<seg[^>]*>(.*)</seg>\s*$", re.IGNORECASE)
 
 def _sgm_lines(path: Path) -> Iterator[str]:
     """The `<seg>` texts of a WMT SGML file, in order (document markup skipped, entities decoded)."""
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, refuse_controls=False):
         stripped = line.strip()
         if stripped.lower().startswith("<seg"):
             match = _SEGMENT.match(stripped)
@@ -73,22 +74,28 @@ def _pairs_of(spec: str, source_lang: str, target_lang: str) -> Iterator[tuple[s
                 raise ParallelDataError(f"{path}: no such file (a SRC,TGT pair of files was given)")
         if source.name.removesuffix(".gz").endswith(".sgm"):
             return _sgm_pair(source, target)
-        return read_text_pair(source, target)
+        return read_text_pair(source, target, refuse_controls=False)
     prefix = Path(spec)
-    return read_text_pair(pair_half(prefix, source_lang), pair_half(prefix, target_lang))
+    return read_text_pair(pair_half(prefix, source_lang), pair_half(prefix, target_lang), refuse_controls=False)
 
 
 def _write_split(pairs: Iterator[tuple[str, str]], folder: Path, name: str, langs: tuple[str, str]) -> int:
-    count = 0
+    count = cleaned = 0
     with (
         open(folder / f"{name}.{langs[0]}", "w", encoding="utf-8") as source_file,
         open(folder / f"{name}.{langs[1]}", "w", encoding="utf-8") as target_file,
     ):
         for source, target in pairs:
-            # A newline inside a field would shift every later line of one side against the other.
-            source_file.write(source.replace("\n", " ") + "\n")
-            target_file.write(target.replace("\n", " ") + "\n")
+            # Control characters become spaces, as Moses' remove-non-printing-char does for WMT data (training
+            # refuses them); a newline inside a field would also shift every later line of one side.
+            if CONTROL_CHARACTERS.search(source) or CONTROL_CHARACTERS.search(target):
+                source, target = CONTROL_CHARACTERS.sub(" ", source), CONTROL_CHARACTERS.sub(" ", target)
+                cleaned += 1
+            source_file.write(source + "\n")
+            target_file.write(target + "\n")
             count += 1
+    if cleaned:
+        logger.warning("%s: replaced control characters by spaces in %d pairs", name, cleaned)
     return count
 
 

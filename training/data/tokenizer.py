@@ -45,15 +45,14 @@ from datasets import Dataset
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from ..usage import TRAINED_WITH_FILE  # what a tokenizer was trained with (written beside it)
+
 logger = logging.getLogger(__name__)
 
 BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN = "<s>", "<pad>", "</s>", "<unk>"
 # The order fixes the ids: bos=0, pad=1, eos=2, unk=3 (fairseq's dictionary, VaswaniConfig's defaults).
 SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 BOS_TOKEN_ID, PAD_TOKEN_ID, EOS_TOKEN_ID, UNK_TOKEN_ID = range(len(SPECIAL_TOKENS))
-# Written next to a trained tokenizer: what it was trained with, so a later run in the same folder reuses it only
-# when its own options agree (training/train.py, check_saved_tokenizer). Hidden: not part of the model on the Hub.
-TRAINED_WITH_FILE = ".tokenizer_trained_with.json"
 
 
 def train_joint_bpe(
@@ -224,7 +223,8 @@ def load_or_train_tokenizer(
         save_dir: where to save a newly trained tokenizer.
         cache_dir: where trained tokenizers are kept by what they were trained on (the train split's `datasets`
             fingerprint, which for local files follows their content) and with: the same data and options load the
-            earlier result instead of training again. None (or an in-memory train split) trains every time.
+            earlier result instead of training again (after checking it against its record, CACHE_RECORD_FILE: a damaged
+            one is named in a warning and trained again). None (or an in-memory train split) trains every time.
     """
     if tokenizer_name_or_path is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name_or_path)
@@ -253,8 +253,8 @@ def load_or_train_tokenizer(
              model_max_length]
         )  # fmt: skip
         cached = Path(cache_dir) / f"bpe-{hashlib.sha256(key_source.encode()).hexdigest()[:24]}"
-        if (cached / "tokenizer.json").is_file():
-            tokenizer = AutoTokenizer.from_pretrained(cached)
+        tokenizer = _open_cached_bpe(cached) if cached.exists() else None
+        if tokenizer is not None:
             logger.info("loaded the BPE trained earlier on the same data and options from %s", cached)
             if save_dir is not None:
                 _save_trained(tokenizer, save_dir, vocab_size, min_frequency, source_lang, target_lang, train_dataset)
@@ -275,7 +275,31 @@ def load_or_train_tokenizer(
 
 
 # Bump when train_joint_bpe changes what it produces, so cached tokenizers from older code are not reused.
-_BPE_VERSION = 1
+# 2: the cache folder holds a record (CACHE_RECORD_FILE) that opening checks.
+_BPE_VERSION = 2
+# In a cached BPE folder, written last: the SHA-256 of tokenizer.json and the vocabulary size, checked on opening.
+CACHE_RECORD_FILE = "cache_record.json"
+
+
+def _open_cached_bpe(folder: Path) -> PreTrainedTokenizerBase | None:
+    """The tokenizer cached in `folder` when it is whole: its record parses, tokenizer.json has the recorded SHA-256,
+    and the loaded tokenizer has the recorded number of tokens. Otherwise (what a crash without fsync leaves: an empty
+    or cut file) a one-line warning naming the folder, the folder removed, and None: the caller trains again."""
+    try:
+        record = json.loads((folder / CACHE_RECORD_FILE).read_text(encoding="utf-8"))
+        digest = hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest()
+        if digest != record["sha256"]:
+            raise ValueError("tokenizer.json is not the file that was saved (its SHA-256 differs)")
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        if len(tokenizer) != record["tokens"]:
+            raise ValueError(f"it has {len(tokenizer)} tokens, the record says {record['tokens']}")
+    except Exception as error:  # noqa: BLE001  whatever a damaged file makes the loaders raise: rebuild
+        text = str(error).strip()
+        reason = text.splitlines()[0] if text else type(error).__name__
+        logger.warning("the cached BPE tokenizer %s is damaged (%s); training it again", folder, reason)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return tokenizer
 
 
 def _save_trained(tokenizer, save_dir, vocab_size, min_frequency, source_lang, target_lang, train_dataset) -> None:
@@ -297,9 +321,14 @@ def _save_to_cache(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
     try:
         tokenizer.save_pretrained(staging)
+        record = {
+            "sha256": hashlib.sha256((staging / "tokenizer.json").read_bytes()).hexdigest(),
+            "tokens": len(tokenizer),
+        }
+        (staging / CACHE_RECORD_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
         os.rename(staging, folder)
     except OSError:
-        if not (folder / "tokenizer.json").is_file():
+        if not (folder / CACHE_RECORD_FILE).is_file():
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
