@@ -90,6 +90,7 @@ class VaswaniTranslationPipeline(Pipeline):
         return min(int(limit) for limit in limits if limit is not None)
 
     def preprocess(self, text: str, truncation: bool = True) -> dict[str, torch.Tensor]:
+        text = text if text.strip() else ""  # a blank line is an empty source (see _forward), not whitespace pieces
         encoded = self.tokenizer(text, return_tensors="pt")
         limit = self.max_source_length()
         length = encoded["input_ids"].shape[-1]
@@ -103,12 +104,39 @@ class VaswaniTranslationPipeline(Pipeline):
         return {key: encoded[key] for key in ("input_ids", "attention_mask")}
 
     def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
-        output_ids = self.model.generate(**model_inputs, **generate_kwargs)
-        if not isinstance(output_ids, torch.Tensor):  # return_dict_in_generate=True
-            output_ids = output_ids.sequences
+        # An empty source (only padding, BOS, EOS: what "" or a blank line encodes to) translates to an empty text,
+        # its ids [decoder start, EOS]: generate() would otherwise invent a sentence from the EOS alone.
+        input_ids = model_inputs["input_ids"]
+        nothing = [self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, self.tokenizer.bos_token_id]
+        content = ~torch.isin(input_ids, torch.tensor([i for i in nothing if i is not None], device=input_ids.device))
+        if model_inputs.get("attention_mask") is not None:
+            content &= model_inputs["attention_mask"].bool()
+        empty = ~content.any(dim=-1)  # (batch,)
+        if empty.all():
+            config = generate_kwargs.get("generation_config") or self.model.generation_config
+            n = generate_kwargs.get("num_return_sequences") or config.num_return_sequences or 1
+            output_ids = self._empty_output(config).to(input_ids.device).repeat(input_ids.shape[0] * n, 1)
+        else:
+            output_ids = self.model.generate(**model_inputs, **generate_kwargs)
+            if not isinstance(output_ids, torch.Tensor):  # return_dict_in_generate=True
+                output_ids = output_ids.sequences
+            if empty.any():
+                config = generate_kwargs.get("generation_config") or self.model.generation_config
+                rows = empty.repeat_interleave(output_ids.shape[0] // input_ids.shape[0])
+                output_ids[rows] = self._empty_output(config, output_ids.shape[-1]).to(output_ids.device)
         batch_size = model_inputs["input_ids"].shape[0]
         # (batch, num_return_sequences, length): the pipeline's un-batching then keeps each source's sequences together.
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def _empty_output(self, generation_config, length: int = 2) -> torch.Tensor:
+        """The ids of an empty translation, [decoder start, EOS], padded to `length`: (1, length)."""
+        config = self.model.config
+        start = generation_config.decoder_start_token_id
+        start = config.decoder_start_token_id if start is None else start
+        eos = generation_config.eos_token_id if generation_config.eos_token_id is not None else config.eos_token_id
+        eos = eos[0] if isinstance(eos, list) else eos
+        pad = generation_config.pad_token_id if generation_config.pad_token_id is not None else eos
+        return torch.tensor([[start, eos] + [pad] * (length - 2)], dtype=torch.long)
 
     def postprocess(
         self,

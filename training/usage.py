@@ -36,6 +36,12 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+MODEL_TYPE = "vaswani"  # hf_vaswani's VaswaniConfig.model_type (tests check they agree)
+# Names of files vaswani-train writes into a model folder (data/tokenizer.py and recipe/train.py write them). Hidden:
+# the trained-with record is not part of the model on the Hub; a later run reuses the tokenizer beside it only when
+# its own options agree (recipe/train.py, check_saved_tokenizer).
+TRAINED_WITH_FILE = ".tokenizer_trained_with.json"
+RESULTS_FILE = "results.json"
 # A safetensors header is a JSON table of contents; anything beyond this is not a header but garbage.
 _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 _TRAINER_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug", "underflow_overflow tpu_metrics_debug")
@@ -177,9 +183,10 @@ def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_
     if not config.is_file():
         raise UsageError(f"{option} {value}: the folder has no config.json, so it is not a model folder {hint}")
     try:
-        json.loads(config.read_text(encoding="utf-8"))
+        config_values = json.loads(config.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{config}: not valid JSON ({error}); save the model again") from None
+    check_model_type(config_values, config)
     weights = [name for name in WEIGHT_FILES if (path / name).is_file()]
     if not weights:
         raise UsageError(f"{option} {value}: the folder has no weights ({', '.join(WEIGHT_FILES[:2])}, ...)")
@@ -190,6 +197,117 @@ def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_
             f"{option} {value}: the folder has no tokenizer (tokenizer.json); save the tokenizer with the model "
             "(tokenizer.save_pretrained(folder)), as vaswani-train does"
         )
+
+
+# ---- checks of a loaded model (duck-typed: the model and tokenizer come in loaded, torch is not imported here) ----------
+
+
+def model_file(source: str, names: Sequence[str]) -> str:
+    """How an error names a file of the model `source` (a folder or a Hub id): the first of `names` the folder
+    has, else the first name (a Hub repository, or a folder holding none of them)."""
+    folder = Path(source).expanduser()
+    found = next((name for name in names if (folder / name).is_file()), names[0]) if folder.is_dir() else names[0]
+    return str(folder / found) if folder.is_dir() else f"{source}/{found}"
+
+
+def non_finite_weights_problem(model, source: str) -> str | None:
+    """Why the loaded `model`'s weights cannot translate (NaN or infinite values: what a diverged run saves, and
+    what then translates every sentence to an empty line), or None. One pass of isfinite over the parameters."""
+    broken = []  # (parameter name, non-finite values, values)
+    for name, parameter in model.named_parameters():
+        finite = parameter.detach().isfinite()
+        if not bool(finite.all()):
+            broken.append((name, finite.numel() - int(finite.sum()), finite.numel()))
+    if not broken:
+        return None
+    name, bad, total = broken[0]
+    more = f", and in {len(broken) - 1} more tensors" if len(broken) > 1 else ""
+    return (
+        f"{model_file(source, WEIGHT_FILES)}: {bad} of {total} weights are not finite (NaN/Inf) in {name}{more}; the "
+        "model is broken (a diverged run?): use an earlier checkpoint, or train again with a lower --learning_rate"
+    )
+
+
+def tokenizer_problem(tokenizer, config, source: str) -> str | None:
+    """Why `tokenizer` is not the one the model of `config` was trained with, or None: a vocabulary of another size
+    than the config's vocab_size (smaller only by the rows of an embedding padded to a round size), special-token ids
+    other than the config's, or tokenizer files that differ from the record of how the folder's tokenizer was
+    trained (TRAINED_WITH_FILE, written by vaswani-train) and the run's results.json."""
+    tokenizer_file = model_file(source, ("tokenizer.json", "tokenizer_config.json"))
+    config_file = model_file(source, ("config.json",))
+    fix = "the tokenizer is not this model's: put the tokenizer files the model was trained with beside it"
+    folder = Path(source).expanduser()
+    record = _json_or_none(folder / TRAINED_WITH_FILE) if folder.is_dir() else None
+    tokens, vocab_size = len(tokenizer), config.vocab_size
+    if record is not None and isinstance(record.get("tokens"), int) and record["tokens"] != tokens:
+        return (
+            f"{tokenizer_file} has {tokens} tokens but {folder / TRAINED_WITH_FILE} records {record['tokens']} for "
+            f"the tokenizer trained with this model; {fix}"
+        )
+    padded = vocab_size % 8 == 0 and vocab_size - tokens < 128 and record is None
+    if tokens > vocab_size or (tokens < vocab_size and not padded):
+        return f"{tokenizer_file} has {tokens} tokens but {config_file} says vocab_size {vocab_size}; {fix}"
+    eos_ids = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    for name, config_ids in (
+        ("pad_token_id", [config.pad_token_id]),
+        ("eos_token_id", eos_ids),
+        ("bos_token_id", [config.bos_token_id]),
+    ):
+        token_id = getattr(tokenizer, name, None)
+        if token_id is not None and None not in config_ids and token_id not in config_ids:
+            config_value = config_ids[0] if len(config_ids) == 1 else config_ids
+            return f"{tokenizer_file} has {name} {token_id} but {config_file} says {name} {config_value}; {fix}"
+    start = getattr(config, "decoder_start_token_id", None)
+    special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if start is not None and special_ids and start not in special_ids:
+        return (
+            f"{config_file} says decoder_start_token_id {start}, which is no special token of {tokenizer_file} "
+            f"(its special ids: {sorted(special_ids)}); {fix}"
+        )
+    results = _json_or_none(folder / RESULTS_FILE) if record is not None else None
+    if results is not None:
+        trained_with = {
+            "vocab_size": (results.get("model_args") or {}).get("vocab_size"),
+            "min_frequency": (results.get("model_args") or {}).get("bpe_min_frequency"),
+            "source_lang": results.get("source_lang"),
+            "target_lang": results.get("target_lang"),
+        }
+        for key, value in trained_with.items():
+            if value is not None and key in record and record[key] != value:
+                return (
+                    f"{folder / TRAINED_WITH_FILE} says the tokenizer was trained with {key}={record[key]!r} but "
+                    f"{folder / RESULTS_FILE} says the model was trained with {key}={value!r}; {fix}"
+                )
+    return None
+
+
+def check_loaded_model(model, tokenizer, source: str) -> None:
+    """Raise a UsageError (one line naming the files) when the model loaded from `source` has non-finite weights or
+    `tokenizer` (None: not checked) does not match it. Call it right after from_pretrained, before any work."""
+    problem = non_finite_weights_problem(model, source)
+    if problem is None and tokenizer is not None:
+        problem = tokenizer_problem(tokenizer, model.config, source)
+    if problem is not None:
+        raise UsageError(problem)
+
+
+def _json_or_none(path: Path) -> dict | None:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return values if isinstance(values, dict) else None
+
+
+def check_model_type(config_values: object, config_file: Path | str) -> None:
+    """config.json must describe a vaswani model: transformers would otherwise load another architecture, or answer
+    a `model_type` it does not know with advice about trust_remote_code."""
+    if not isinstance(config_values, dict):
+        raise UsageError(f"{config_file}: not a model config (a JSON object with a model_type); save the model again")
+    model_type = config_values.get("model_type")
+    if model_type != MODEL_TYPE:
+        what = f"model_type {model_type!r} is" if model_type is not None else "has no model_type, so it is"
+        raise UsageError(f"{config_file}: {what} not a vaswani model (this tool serves hf-vaswani models)")
 
 
 def check_hub_repo(repo_id: str, option: str, repo_type: str = "model") -> None:
@@ -318,13 +436,29 @@ def recipe_to_argv(values: dict) -> list[str]:
     return argv
 
 
+# Where the data comes from: a Hub dataset (with its configuration and columns) or local files.
+HUB_DATA_OPTIONS = ("dataset_name", "dataset_config_name", "source_column", "target_column")
+FILE_DATA_OPTIONS = ("data_dir", "train_file", "validation_file", "test_file")
+
+
 def split_recipe(argv: Sequence[str]) -> tuple[Path | None, dict, list[str]]:
-    """(recipe path, its values, the other arguments) for `vaswani-train [RECIPE] [--option value ...]`."""
+    """(recipe path, its values, the other arguments) for `vaswani-train [RECIPE] [--option value ...]`.
+
+    A data source named on the command line replaces the recipe's whole: `--data_dir`/`--*_file` drop the recipe's
+    `dataset_name` (with its configuration and columns), and `--dataset_name` drops the recipe's local files, so
+    `vaswani-train multi30k --data_dir DIR` reads DIR and never asks the Hub."""
     argv = list(argv)
-    if argv and not argv[0].startswith("-"):
-        path = find_recipe(argv[0])
-        return path, read_recipe(path), argv[1:]
-    return None, {}, argv
+    if not argv or argv[0].startswith("-"):
+        return None, {}, argv
+    path = find_recipe(argv[0])
+    values, rest = read_recipe(path), argv[1:]
+    end = rest.index("--") if "--" in rest else len(rest)
+    named = {token.lstrip("-").split("=", 1)[0].replace("-", "_") for token in rest[:end] if token.startswith("--")}
+    if named & set(FILE_DATA_OPTIONS):
+        values = {key: value for key, value in values.items() if key not in HUB_DATA_OPTIONS}
+    elif "dataset_name" in named:
+        values = {key: value for key, value in values.items() if key not in FILE_DATA_OPTIONS + HUB_DATA_OPTIONS}
+    return path, values, rest
 
 
 def raw_options(recipe: dict, argv: Sequence[str]) -> dict[str, str]:

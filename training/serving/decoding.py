@@ -79,6 +79,8 @@ def translate(
 ) -> list[str] | list[list[str]]:
     """Translate `sentences` with `model.generate()` (its generation config unless overridden by kwargs).
 
+    An empty or blank sentence translates to an empty string, in its place (see `translate_ids`).
+
     Sentences are encoded once, sorted by length into batches of at most `max_tokens` source tokens (beam search
     multiplies the work by the beam size), and the outputs are put back in input order. Sources longer than
     `max_source_length` (default: the tokenizer's model_max_length, else the model's max_position_embeddings) are
@@ -92,6 +94,9 @@ def translate(
     encoded = tokenizer(list(sentences), truncation=limit is not None, max_length=None if limit is None else limit + 1)
     if limit is not None:
         _truncate(encoded, limit, limit_name, set(tokenizer.all_special_ids))
+    for index, sentence in enumerate(sentences):
+        if not sentence.strip():  # a blank line encodes to whitespace pieces; translate_ids gives it an empty line
+            encoded["input_ids"][index] = []
     return translate_ids(
         model,
         tokenizer,
@@ -120,6 +125,9 @@ def translate_ids(
     Evaluation during training calls this on the tokenized validation split, so it decodes exactly as
     `translate` and the final evaluation do. `shard=(rank, world_size)` decodes only batches rank, rank +
     world_size, ... of the one length-sorted list; the other entries of the result are None (the caller gathers).
+
+    An empty source (no ids but padding, BOS and EOS: what an empty or blank line encodes to) is not decoded: its
+    translation is the empty string (n of them with `num_return_sequences=n`), on every rank.
     """
     rank, world_size = shard
     num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
@@ -129,7 +137,16 @@ def translate_ids(
     model.eval()
     device = next(model.parameters()).device
     lengths = [len(ids) for ids in input_ids]
-    batches = length_sorted_batches(lengths, max_tokens, max_sentences)[rank::world_size]
+    # An empty line gives an empty line: generate() would otherwise invent a sentence from the EOS alone.
+    nothing = {tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id} - {None}
+    sources = []
+    for index, ids in enumerate(input_ids):
+        if all(token in nothing for token in ids):
+            outputs[index] = "" if num_return_sequences == 1 else [""] * num_return_sequences
+        else:
+            sources.append(index)
+    batches = length_sorted_batches([lengths[i] for i in sources], max_tokens, max_sentences)[rank::world_size]
+    batches = [[sources[position] for position in batch] for batch in batches]
     for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
         features = [{"input_ids": list(input_ids[i]), "attention_mask": [1] * lengths[i]} for i in batch]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)

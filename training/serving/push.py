@@ -25,7 +25,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..usage import WEIGHT_FILES, ArgumentParser, UsageError, check_safetensors
+from ..usage import (
+    WEIGHT_FILES,
+    ArgumentParser,
+    UsageError,
+    check_safetensors,
+    non_finite_weights_problem,
+    tokenizer_problem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +155,10 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
         problems = {key: value for key, value in info.items() if value and key != "error_msgs"}
         if problems or info.get("error_msgs"):
             raise ModelFolderError(f"{folder}: the weights do not match the config: {problems or info['error_msgs']}")
+        source = str(folder)
+        problem = non_finite_weights_problem(model, source) or tokenizer_problem(tokenizer, model.config, source)
+        if problem is not None:  # a broken model must not reach the Hub
+            raise ModelFolderError(problem)
         if len(tokenizer) > model.config.vocab_size:
             raise ModelFolderError(
                 f"{folder}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
@@ -187,10 +198,44 @@ def push_model_folder(
     `revision` is a branch (created from main if missing) or `refs/pr/N`; with `create_pr` the commit opens a pull
     request against `revision` (default main) instead of landing on it.
     """
-    from huggingface_hub import CommitOperationAdd, HfApi
-
     folder = Path(folder)
     files = validate_model_folder(folder) if validate else files_to_push(folder)
+    try:
+        return _push(folder, files, repo_id, private, revision, commit_message, token, create_pr)
+    except Exception as error:
+        problem = network_problem(error)
+        if problem is None:
+            raise
+        raise UsageError(f"{repo_id}: {problem}; nothing was uploaded (run the command again when it is)") from None
+
+
+def network_problem(error: BaseException) -> str | None:
+    """'cannot reach the Hub at HOST (reason)' when `error` (or what caused it) is a connection failure, a DNS
+    failure or a timeout; None for anything else (an HTTP answer such as 401 or 404 is the Hub's, not the network's)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    causes, seen = [], error
+    while seen is not None and len(causes) < 20:
+        causes.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    transport = any(c.__name__ in ("TransportError", "ConnectionError") for e in causes for c in type(e).__mro__)
+    reasons = [e for e in causes if isinstance(e, ConnectionError | socket.gaierror | TimeoutError)]
+    if not (transport or reasons):
+        return None
+    host = urlsplit(constants.ENDPOINT).netloc or constants.ENDPOINT
+    reason = reasons[-1] if reasons else causes[-1]
+    detail = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    if isinstance(reason, socket.gaierror):
+        detail = f"its name does not resolve: {detail}"
+    return f"cannot reach the Hub at {host} ({detail}); check the network connection and HF_ENDPOINT"
+
+
+def _push(folder, files, repo_id, private, revision, commit_message, token, create_pr) -> PushResult:
+    from huggingface_hub import CommitOperationAdd, HfApi
+
     api = HfApi(token=token, library_name="hf-vaswani")
     repo_url = api.create_repo(repo_id, private=private, exist_ok=True)
     repo_id = repo_url.repo_id

@@ -43,6 +43,7 @@ from ..data import textfiles
 from ..usage import (
     ArgumentParser,
     UsageError,
+    check_loaded_model,
     check_model_dir,
     check_output_file,
     non_negative_int,
@@ -232,6 +233,7 @@ def load_model_and_tokenizer(args: argparse.Namespace):
         model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code)
     except OSError as error:  # what from_pretrained raises for a folder or Hub id it cannot load
         raise UsageError(f"MODEL_DIR {args.model}: cannot be loaded ({error})") from None
+    check_loaded_model(model, tokenizer, args.model)  # NaN weights, another model's tokenizer: refused, not garbage
     return model.to(device).eval(), tokenizer
 
 
