@@ -40,6 +40,9 @@ grep -q "Model written to outputs/toy" train.log
 grep -q "^test: sacreBLEU" train.log
 test -s outputs/toy/README.md && grep -q "sacreBLEU" outputs/toy/README.md   # the model card, filled in
 test -s outputs/toy/model.safetensors && test -s outputs/toy/tokenizer.json
+# Checkpoints and the averaged copy live in checkpoints/, which the folder's .gitignore keeps out of `hf upload`.
+test -s outputs/toy/checkpoints/checkpoint-6/optimizer.pt && grep -qx "checkpoints/" outputs/toy/.gitignore
+if grep -E "Do not forget to share|tokenized period|stopped by" train.log; then exit 1; fi   # no noise, not cut short
 
 vaswani-translate outputs/toy "The old dog does not sleep ." "Twenty four birds stand ." \
     --attention-plot attention.png > translations.txt

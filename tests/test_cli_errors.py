@@ -382,16 +382,22 @@ def test_early_errors_come_before_torch_is_imported(tmp_path):
             cli.train(["toy", "--data_dir", {str(tmp_path / "nope")!r}]),
             cli.train(["toyy"]),
             cli.export([{str(tmp_path / "missing")!r}, {str(tmp_path / "out")!r}]),
+            cli.explore([{str(tmp_path / "missing")!r}]),
+            cli.explore(["someone/model", "--hots", "0.0.0.0"]),
         ]
-        heavy = sorted(name for name in ("torch", "transformers", "datasets") if name in sys.modules)
+        heavy = sorted(n for n in ("torch", "transformers", "datasets", "gradio") if n in sys.modules)
         print(codes, heavy)
         """
     )
     completed = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
     )
-    assert completed.stdout.strip() == "[2, 2, 2, 2] []", completed.stdout + completed.stderr
-    assert len(completed.stderr.strip().splitlines()) == 4 and "Traceback" not in completed.stderr
+    assert completed.stdout.strip() == "[2, 2, 2, 2, 2, 2] []", completed.stdout + completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 6 and "Traceback" not in completed.stderr
+    assert lines[4].startswith(f"vaswani-explore: error: model {tmp_path / 'missing'}: no such folder")
+    hint = "did you mean --host? (see vaswani-explore --help)"
+    assert lines[5] == f"vaswani-explore: error: unknown option --hots; {hint}"
 
 
 def test_python_dash_m_from_the_checkout_uses_the_same_commands(tmp_path):

@@ -165,11 +165,11 @@ def test_two_processes_report_the_scores_of_the_evaluated_weights(tmp_path):
         [*launch, *run], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    state = json.loads((output_dir / "checkpoint-3" / "trainer_state.json").read_text())
+    state = json.loads((output_dir / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
     logged = next(entry for entry in state["log_history"] if "eval_bleu" in entry)
     assert "eval_loss" in logged
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir / "checkpoint-3").eval()
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir / "checkpoints" / "checkpoint-3").eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     source = DataArguments(toy_num_train=400, toy_num_validation=20, toy_num_test=20)
     pairs = load_parallel_data(source, seed=7).splits["validation"]

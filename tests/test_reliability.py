@@ -44,7 +44,7 @@ PAD, BOS, EOS = 1, 0, 2
 # Dropout is on so that resuming must also restore the RNG states to reach the same weights.
 RUN = [*TINY, "--max_steps", "30", "--save_steps", "3", "--save_total_limit", "4", "--average_last_n", "0",
        "--toy_num_validation", "2", "--toy_num_test", "2", "--dropout", "0.1"]  # fmt: skip
-FINAL = "checkpoint-30"
+FINAL = "checkpoints/checkpoint-30"  # checkpoints live in the output folder's checkpoints/
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def assert_finite_weights(checkpoint_dir: Path) -> None:
 
 
 def checkpoint_steps(output_dir: Path) -> list[int]:
-    return sorted(int(p.name.split("-")[1]) for p in output_dir.glob("checkpoint-*"))
+    return sorted(int(p.name.split("-")[1]) for p in (output_dir / "checkpoints").glob("checkpoint-*"))
 
 
 # ---- 1. the model called directly with bad inputs -------------------------------------------------------------------
@@ -178,6 +178,7 @@ def test_the_checkpoint_fork_was_read_against_the_installed_trainer():
 def test_sigkill_mid_run_then_resume_reaches_the_uninterrupted_weights(tmp_path, straight_run):
     """`python -m training.train` killed with SIGKILL, aiming at a checkpoint save in progress, then restarted."""
     output_dir = tmp_path / "killed"
+    checkpoints = output_dir / "checkpoints"
     log = tmp_path / "killed.log"
     with log.open("w") as stream:
         process = subprocess.Popen(
@@ -187,8 +188,9 @@ def test_sigkill_mid_run_then_resume_reaches_the_uninterrupted_weights(tmp_path,
             deadline = time.monotonic() + 300
             # After checkpoint-6, kill as soon as a save has written its weights but not yet the rest (optimizer,
             # trainer state), or at checkpoint-21 if every save was too quick to be seen.
-            while not (output_dir / "checkpoint-6").is_dir() or not (
-                list(output_dir.glob(".tmp-checkpoint-*/model.safetensors")) or (output_dir / "checkpoint-21").is_dir()
+            while not (checkpoints / "checkpoint-6").is_dir() or not (
+                list(checkpoints.glob(".tmp-checkpoint-*/model.safetensors"))
+                or (checkpoints / "checkpoint-21").is_dir()
             ):
                 assert process.poll() is None, f"the run ended before it was killed:\n{log.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, "no checkpoint-6 after 300 s"
@@ -198,11 +200,11 @@ def test_sigkill_mid_run_then_resume_reaches_the_uninterrupted_weights(tmp_path,
             process.kill()
             process.wait()
     assert process.returncode == -signal.SIGKILL, "the run finished before it was killed"
-    assert FINAL not in os.listdir(output_dir)
+    assert not (output_dir / FINAL).exists()
     # Wherever the kill landed (usually inside a save, leaving a .tmp-checkpoint-N), every checkpoint-N is complete.
-    for checkpoint in output_dir.glob("checkpoint-*"):
+    for checkpoint in checkpoints.glob("checkpoint-*"):
         assert checkpoint_problem(checkpoint) is None, checkpoint_problem(checkpoint)
-    last = get_last_checkpoint(str(output_dir))  # what train.py resumes from
+    last = get_last_checkpoint(str(checkpoints))  # what train.py resumes from
     killed_at = int(Path(last).name.split("-")[1])
     assert 6 <= killed_at < 30
 
@@ -216,7 +218,7 @@ def test_sigkill_mid_run_then_resume_reaches_the_uninterrupted_weights(tmp_path,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert re.search(rf"Resuming training from checkpoint with epoch \d+ and global step {killed_at}\n", resumed.stdout)
-    assert not list(output_dir.glob(".tmp-*"))
+    assert not list(output_dir.glob("**/.tmp-*"))
     assert_same_weights(output_dir, straight_run)
 
 
@@ -242,16 +244,16 @@ def test_crash_in_the_middle_of_a_save_leaves_nothing_resume_would_pick(tmp_path
         main([*RUN, "--output_dir", str(output_dir)])
     monkeypatch.undo()
 
-    staged = output_dir / ".tmp-checkpoint-6"
+    staged = output_dir / "checkpoints" / ".tmp-checkpoint-6"
     assert (staged / "model.safetensors").is_file()  # the crash really was half-way through the save
     assert not (staged / "optimizer.pt").exists() and not (staged / "trainer_state.json").exists()
     assert checkpoint_steps(output_dir) == [3]
-    assert get_last_checkpoint(str(output_dir)) == str(output_dir / "checkpoint-3")
+    assert get_last_checkpoint(str(output_dir / "checkpoints")) == str(output_dir / "checkpoints" / "checkpoint-3")
 
     main([*RUN, "--output_dir", str(output_dir), "--resume_from_checkpoint", "True"])
     assert re.search(r"Resuming training from checkpoint with epoch \d+ and global step 3\n", caplog.text)
     assert "left by an interrupted save" in caplog.text
-    assert not list(output_dir.glob(".tmp-*"))
+    assert not list(output_dir.glob("**/.tmp-*"))
     assert_same_weights(output_dir, straight_run)
 
 
@@ -276,7 +278,9 @@ def test_resuming_from_an_incomplete_checkpoint_is_refused_naming_the_file(broke
     expected = "is missing" if state == "missing" else "is not valid JSON"
     with pytest.raises(ValueError, match=rf"Cannot resume from {re.escape(str(checkpoint))}: .*json {expected}"):
         main([*RUN, "--output_dir", str(broken_last_checkpoint), "--resume_from_checkpoint", str(checkpoint)])
-    assert last_complete_checkpoint(broken_last_checkpoint) == str(broken_last_checkpoint / "checkpoint-27")
+    assert last_complete_checkpoint(broken_last_checkpoint) == str(
+        broken_last_checkpoint / "checkpoints" / "checkpoint-27"
+    )
 
 
 def test_resume_true_skips_an_incomplete_last_checkpoint(broken_last_checkpoint, straight_run, caplog):
@@ -289,10 +293,10 @@ def test_resume_true_skips_an_incomplete_last_checkpoint(broken_last_checkpoint,
 def test_rotation_keeps_the_last_published_checkpoints(straight_run):
     """save_total_limit=4 keeps the last four, and no staging folder is left behind."""
     assert checkpoint_steps(straight_run) == [21, 24, 27, 30]
-    assert not list(straight_run.glob(".tmp-*"))
+    assert not list(straight_run.glob("**/.tmp-*"))
     for step in (21, 24, 27, 30):
-        assert checkpoint_problem(straight_run / f"checkpoint-{step}") is None
-        state = json.loads((straight_run / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert checkpoint_problem(straight_run / "checkpoints" / f"checkpoint-{step}") is None
+        state = json.loads((straight_run / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").read_text())
         assert state["global_step"] == step
 
 
@@ -324,12 +328,12 @@ def test_absurd_learning_rate_stops_with_a_clear_message_before_the_update(tmp_p
     step = int(found[1])
     last_step = (step - 1) // 3 * 3
     if last_step:
-        assert f"The last checkpoint, {output_dir / f'checkpoint-{last_step}'}, is intact" in message
+        assert f"The last checkpoint, {output_dir / 'checkpoints' / f'checkpoint-{last_step}'}, is intact" in message
         assert "--resume_from_checkpoint" in message
     else:  # where the overflow comes earlier than on the machine this was written on
         assert f"No checkpoint was saved in {output_dir}" in message
     assert checkpoint_steps(output_dir) == list(range(3, last_step + 1, 3))[-4:]  # save_total_limit 4
-    for checkpoint in output_dir.glob("checkpoint-*"):
+    for checkpoint in (output_dir / "checkpoints").glob("checkpoint-*"):
         assert_finite_weights(checkpoint)
     # The updates before the bad step were applied, the bad one was not.
     trainer = _RecordingTrainer.instances[-1]
@@ -337,7 +341,9 @@ def test_absurd_learning_rate_stops_with_a_clear_message_before_the_update(tmp_p
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     if last_step == step - 1:
         in_memory = trainer.model.state_dict()
-        for key, saved in load_file(output_dir / f"checkpoint-{last_step}" / "model.safetensors").items():
+        for key, saved in load_file(
+            output_dir / "checkpoints" / f"checkpoint-{last_step}" / "model.safetensors"
+        ).items():
             torch.testing.assert_close(in_memory[key], saved, atol=0, rtol=0, msg=key)
 
 
@@ -359,9 +365,9 @@ def test_nan_mid_run_stops_keeps_the_last_good_checkpoint_and_resume_recovers(tm
     output_dir = tmp_path / "poisoned"
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at step 8; stopping before the update") as raised:
         main([*RUN, "--output_dir", str(output_dir)])
-    assert f"The last checkpoint, {output_dir / 'checkpoint-6'}, is intact" in str(raised.value)
+    assert f"The last checkpoint, {output_dir / 'checkpoints' / 'checkpoint-6'}, is intact" in str(raised.value)
     assert checkpoint_steps(output_dir) == [3, 6]
-    assert_finite_weights(output_dir / "checkpoint-6")
+    assert_finite_weights(output_dir / "checkpoints" / "checkpoint-6")
 
     monkeypatch.undo()
     main([*RUN, "--output_dir", str(output_dir), "--resume_from_checkpoint", "True"])
@@ -485,9 +491,11 @@ def test_every_torch_load_is_weights_only_and_nothing_unpickles(path):
 
 
 def test_the_unsafe_load_scan_sees_the_whole_code_base_and_flags_what_it_should(tmp_path):
-    assert {"hf_vaswani/modeling_vaswani.py", "training/recipe/trainer.py", "training/recipe/average_checkpoints.py"} <= {
-        str(path.relative_to(REPO_ROOT)) for path in _python_files()
-    }
+    assert {
+        "hf_vaswani/modeling_vaswani.py",
+        "training/recipe/trainer.py",
+        "training/recipe/average_checkpoints.py",
+    } <= {str(path.relative_to(REPO_ROOT)) for path in _python_files()}
     planted = tmp_path / "planted.py"
     planted.write_text(
         "import torch\nimport pickle\nstate = torch.load('x.pt')\nok = torch.load('y.pt', weights_only=True)\n"

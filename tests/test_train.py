@@ -52,7 +52,8 @@ def test_output_folder_is_complete_and_loads(finished_run):
     assert generation["length_penalty_type"] == "gnmt" and generation["max_length_offset"] == 5
     # An evaluation ran during training (step 6); the stock Seq2SeqTrainer would have written every global default
     # (max_length=20, top_k=50, ...) into the model's generation config, and so into this file.
-    log_history = json.loads((output_dir / "checkpoint-9" / "trainer_state.json").read_text())["log_history"]
+    state_file = output_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json"  # checkpoints/: kept out of uploads
+    log_history = json.loads(state_file.read_text())["log_history"]
     assert any("eval_bleu" in entry for entry in log_history)
     assert "max_length" not in generation and "top_k" not in generation
     assert results["train_steps"] == 9
@@ -63,7 +64,8 @@ def test_output_folder_is_complete_and_loads(finished_run):
 def test_final_model_is_the_average_of_the_last_checkpoints(finished_run):
     output_dir, results = finished_run
     assert results["averaged_checkpoints"] == ["checkpoint-3", "checkpoint-6", "checkpoint-9"]
-    checkpoints = [load_file(output_dir / name / "model.safetensors") for name in results["averaged_checkpoints"]]
+    averaged = [output_dir / "checkpoints" / name for name in results["averaged_checkpoints"]]
+    checkpoints = [load_file(checkpoint / "model.safetensors") for checkpoint in averaged]
     final = load_file(output_dir / "model.safetensors")
     assert list(final) == ["model.shared.weight"] or "model.shared.weight" in final
     for key, value in final.items():
@@ -73,7 +75,7 @@ def test_final_model_is_the_average_of_the_last_checkpoints(finished_run):
 
 def test_training_logs_loss_learning_rate_and_throughput(finished_run):
     output_dir, _ = finished_run
-    state = json.loads((output_dir / "checkpoint-9" / "trainer_state.json").read_text())
+    state = json.loads((output_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json").read_text())
     logs = [entry for entry in state["log_history"] if "loss" in entry]
     assert logs and all("learning_rate" in e and e["tokens_per_second"] > 0 for e in logs)
 
@@ -84,7 +86,7 @@ def test_learning_rate_follows_the_papers_schedule(finished_run):
     The stock inverse_sqrt schedule gives update k the paper's rate of step k - 1 (its first update has lr 0).
     """
     output_dir, _ = finished_run
-    state = json.loads((output_dir / "checkpoint-9" / "trainer_state.json").read_text())
+    state = json.loads((output_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json").read_text())
     entries = [e for e in state["log_history"] if "learning_rate" in e]
     assert len(entries) >= 4
     for entry in entries:
@@ -166,9 +168,10 @@ def test_resume_continues_to_the_same_weights(tmp_path):
     interrupted = tmp_path / "interrupted"
     main([*base, "--output_dir", str(interrupted), "--max_steps", "6"])
     # the interrupted run's schedule must be the 9-step one, so restart with the same arguments from step 6
-    main([*base, "--output_dir", str(interrupted), "--resume_from_checkpoint", str(interrupted / "checkpoint-6")])
-    straight = load_file(tmp_path / "straight" / "checkpoint-9" / "model.safetensors")
-    resumed = load_file(interrupted / "checkpoint-9" / "model.safetensors")
+    resume_from = interrupted / "checkpoints" / "checkpoint-6"
+    main([*base, "--output_dir", str(interrupted), "--resume_from_checkpoint", str(resume_from)])
+    straight = load_file(tmp_path / "straight" / "checkpoints" / "checkpoint-9" / "model.safetensors")
+    resumed = load_file(interrupted / "checkpoints" / "checkpoint-9" / "model.safetensors")
     # Not bit for bit: the two runs may sum in another order (CPU matmul blocking follows memory alignment), which
     # moves float32 weights by ~1e-7; a resume fault (other dropout masks, lost optimizer state, a skipped batch)
     # moves them by ~1e-3 after one step.
@@ -177,7 +180,7 @@ def test_resume_continues_to_the_same_weights(tmp_path):
 
 
 def _losses(output_dir):
-    state = json.loads((output_dir / "checkpoint-6" / "trainer_state.json").read_text())
+    state = json.loads((output_dir / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
     return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
 
@@ -213,14 +216,14 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     # The Trainer's summary counts tokens under token batches, and it must see both processes.
     summary = f"Tokens per update <= {max_tokens * 2:,} per side (--max_tokens {max_tokens:,} x gradient accumulation 1"
     assert f"{summary} x 2 processes)" in completed.stdout
-    state = json.loads((two / "checkpoint-6" / "trainer_state.json").read_text())
-    one_state = json.loads((one / "checkpoint-6" / "trainer_state.json").read_text())
+    state = json.loads((two / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
+    one_state = json.loads((one / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["train_batch_size"] == one_state["train_batch_size"]
     one_losses, two_losses = _losses(one), _losses(two)
     assert len(one_losses) == len(two_losses) == 6
     assert one_losses == pytest.approx(two_losses, rel=1e-3)
-    final_one = load_file(one / "checkpoint-6" / "model.safetensors")
-    final_two = load_file(two / "checkpoint-6" / "model.safetensors")
+    final_one = load_file(one / "checkpoints" / "checkpoint-6" / "model.safetensors")
+    final_two = load_file(two / "checkpoints" / "checkpoint-6" / "model.safetensors")
     for key in final_one:
         if key.endswith("k_proj.bias"):
             # A key bias adds the same q.b_k to every score of a softmax row, so its true gradient is zero; Adam
@@ -246,7 +249,9 @@ def _batch_count(max_tokens: int) -> int:
     return len(TokenBatchSampler(*lengths, max_tokens=max_tokens, num_replicas=1, rank=0))
 
 
-@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "training" / "recipe" / "recipes").glob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "recipe", sorted((REPO_ROOT / "training" / "recipe" / "recipes").glob("*.json")), ids=lambda p: p.name
+)
 def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
     from hf_vaswani_training.recipe.train import load_preset
 
@@ -257,7 +262,8 @@ def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
 
 
 def test_cpu_launch_of_several_processes_fails_loudly(monkeypatch):
-    """`accelerate launch --cpu --num_processes 2` starts one process; the script says so instead of training alone."""
+    """`accelerate launch --cpu --num_processes 2` starts one process (`--num_machines 2` one per machine, unconnected);
+    the script says so instead of training alone."""
     from hf_vaswani_training.recipe.train import check_launch
     from hf_vaswani_training.usage import UsageError
 
@@ -272,5 +278,15 @@ def test_cpu_launch_of_several_processes_fails_loudly(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     check_launch(launcher)  # a real multi-process launch (torchrun sets WORLD_SIZE)
     monkeypatch.delenv("WORLD_SIZE")
+    # Without --cpu the simple launcher sets ACCELERATE_USE_CPU=False, and still starts one process per machine.
     monkeypatch.setenv("ACCELERATE_USE_CPU", "False")
-    check_launch(launcher)
+    with pytest.raises(UsageError, match=r"launch --num_processes 2 starts only 1 process"):
+        check_launch(["accelerate", "launch", "--num_processes", "2", "train.py"])
+    two_machines = ["--num_machines", "2", "--machine_rank", "1", "--main_process_ip", "10.0.0.1", "train.py"]
+    with pytest.raises(UsageError, match=r"separate process on each machine.*--multi_gpu --num_machines 2"):
+        check_launch(["accelerate", "launch", "--cpu", *two_machines])
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    check_launch(["accelerate", "launch", "--cpu", *two_machines])  # under mpirun, a real multi-process launch
+    monkeypatch.delenv("ACCELERATE_USE_CPU")
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    check_launch(launcher)  # not started by Accelerate's simple launcher

@@ -120,29 +120,39 @@ def check_training_option_names(recipe: Path | None, keys: Iterable[str], argv: 
             raise UsageError(f"unknown option {token.split('=', 1)[0]}{suggestion} (see vaswani-train --help)")
 
 
-def _check_training_values(options: dict[str, str]) -> None:
-    """The value checks that need no torch: the ones a user meets first, answered before minutes of imports."""
+def _check_training_values(options: dict[str, str], recipe: Path | None, command_line: Sequence[str]) -> None:
+    """The value checks that need no torch: the ones a user meets first, answered before minutes of imports. A value
+    that came from the recipe is reported with the recipe's name, as the full parser does."""
+
+    def where(name: str) -> str:
+        given = any(token.split("=", 1)[0] == f"--{name}" for token in command_line)
+        return "" if given or recipe is None else f"{recipe}: key {name!r}: "
+
     if "output_dir" in options and not options["output_dir"].strip():
-        raise UsageError("--output_dir is empty: give the folder the run writes (e.g. outputs/toy)")
+        raise UsageError(
+            f"{where('output_dir')}--output_dir is empty: give the folder the run writes (e.g. outputs/toy)"
+        )
     steps = options.get("max_steps")
     if steps is not None:
         try:
             number = int(steps)
         except ValueError:
-            raise UsageError(f"--max_steps {steps}: not an integer") from None
+            raise UsageError(f"{where('max_steps')}--max_steps {steps}: not an integer ({steps!r})") from None
         if number == 0 or number < -1:
             raise UsageError(
-                f"--max_steps {steps}: must be 1 or more (or -1 for --num_train_epochs); 0 steps train no model"
+                f"{where('max_steps')}--max_steps {steps}: must be 1 or more (or -1 for --num_train_epochs); 0 steps "
+                "train no model"
             )
     rate = options.get("learning_rate")
     if rate is not None:
         try:
             value = float(rate)
         except ValueError:
-            raise UsageError(f"--learning_rate {rate}: not a number") from None
+            raise UsageError(f"{where('learning_rate')}--learning_rate {rate}: not a number ({rate!r})") from None
         if not math.isfinite(value) or value < 0:
             raise UsageError(
-                f"--learning_rate {rate}: must be a finite number >= 0 (0, the default, is the paper's schedule peak)"
+                f"{where('learning_rate')}--learning_rate {rate}: must be a finite number >= 0 (0, the default, is "
+                "the paper's schedule peak)"
             )
 
 
@@ -153,7 +163,7 @@ def preflight_train(argv: Sequence[str]) -> TrainRequest:
     recipe, values, rest = split_recipe(argv)
     check_training_option_names(recipe, values, rest)
     options = raw_options(values, rest)
-    _check_training_values(options)
+    _check_training_values(options, recipe, rest)
     model = options.get("model_name_or_path")
     if model:
         needs_tokenizer = not options.get("tokenizer_name_or_path")  # the model's own tokenizer is used

@@ -5,7 +5,9 @@
     trainer.py             VaswaniTrainer: Seq2SeqTrainer + token-count batches, fused label smoothing, safe
                            checkpoints, evaluation by decoding
     schedule.py            §5.3, the warm-up and inverse-square-root ("Noam") learning rate
-    checkpoints.py         what a complete checkpoint is, and writing folders atomically
+    checkpoints.py         what a complete checkpoint is, where it lives (OUTPUT/checkpoints/), writing and
+                           deleting folders atomically, the output folder's lock
+    console.py             what a run prints: our progress (library INFO only with --verbose), the summary
     average_checkpoints.py vaswani-average: the mean of the last N checkpoints (§6.1)
     metrics/               sacreBLEU and chrF, as an `evaluate` metric
     run_record.py          everything a run measured, typed; model_card.py writes it into README.md

@@ -92,6 +92,33 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     report_to: None | str | list[str] = field(
         default="auto", metadata={"help": "auto: TensorBoard when it is installed, else nothing."}
     )
+    # --- on a GPU (issue 22); on the CPU these resolve to the stock behaviour ---
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision (autocast, fp32 weights). Default: on where the GPU has bf16 (Ampere or "
+            "newer) and --fp16 is not given; off on the CPU."
+        },
+    )
+    tf32: bool | None = field(
+        default=None,
+        metadata={"help": "TF32 matrix products for what runs in fp32. Default: on where the GPU has TF32."},
+    )
+    dataloader_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes collating batches beside the training loop. Default: 2 on a GPU (batches are "
+            "ready before the step that needs them), 0 on the CPU (workers would take cores from the step)."
+        },
+    )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "The stock filter of non-finite losses from the logged average. Off: a non-finite loss stops "
+            "training (NonFiniteLossError), so there is nothing to filter, and the filter reads the loss on the "
+            "host every step, a host-device synchronisation."
+        },
+    )
     # --- what the stock arguments cannot express ---
     max_tokens: int | None = field(
         default=4096,
@@ -118,6 +145,13 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         default="validation,test", metadata={"help": "Splits translated and scored at the end (comma-separated)."}
     )
     num_samples_to_print: int = field(default=5, metadata={"help": "Sample test translations printed at the end."})
+    verbose: bool = field(
+        default=False,
+        metadata={
+            "help": "Show the libraries' INFO logs too (every config loaded or saved, the Trainer's messages, "
+            "sacreBLEU's notes on the toy corpus); by default the console shows the run's progress and results."
+        },
+    )
     eval_max_tokens: int = field(
         default=6000,
         metadata={
@@ -127,13 +161,14 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     )
 
     def __post_init__(self):
-        # `accelerate launch --num_processes N` on a machine without an accelerator: Accelerate only sets up
+        # `accelerate launch --multi_gpu --num_processes N` on a machine without an accelerator: Accelerate only sets up
         # multi-process CPU training (gloo) when told the run is on the CPU.
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available():
             self.use_cpu = True
         # Pinned memory only serves copies to an accelerator; on the CPU torch warns at every evaluation loader.
         if self.use_cpu or not torch.accelerator.is_available():
             self.dataloader_pin_memory = False
+        self._resolve_accelerator_defaults()
         if self.report_to == "auto":
             try:
                 import tensorboard  # noqa: F401
@@ -142,6 +177,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             except ImportError:
                 self.report_to = "none"
         super().__post_init__()
+        if self.dataloader_pin_memory and torch.cuda.is_available() and not self.use_cpu:
+            # Pinned batches let Accelerate's copy to the GPU overlap the step in flight (no synchronisation).
+            self.accelerator_config.non_blocking = True
         if self.max_tokens is not None and self.max_tokens < 0:
             raise UsageError(f"--max_tokens={self.max_tokens} must be positive (or 0 to disable)")
         if self.average_last_n < 0:
@@ -167,3 +205,20 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
                 f"--average_last_n={self.average_last_n} needs --save_total_limit >= {self.average_last_n} "
                 f"(got {self.save_total_limit}): the checkpoints to average would be deleted"
             )
+
+    def _resolve_accelerator_defaults(self) -> None:
+        """bf16, TF32 and loader workers where the stock defaults leave speed on a GPU unused; the stock defaults on
+        the CPU. A GPU asked for bf16 that has none is refused here, in one line, before any work."""
+        on_gpu = torch.cuda.is_available() and not self.use_cpu
+        gpu_bf16 = on_gpu and torch.cuda.is_bf16_supported(including_emulation=False)
+        if self.bf16 and on_gpu and not gpu_bf16:
+            raise UsageError(
+                f"--bf16: this GPU ({torch.cuda.get_device_name()}) has no bf16 (Ampere or newer has it); use "
+                "--fp16 True, fp16 with loss scaling"
+            )
+        if self.bf16 is None:
+            self.bf16 = gpu_bf16 and not self.fp16
+        if self.tf32 is None and on_gpu and torch.cuda.get_device_capability()[0] >= 8:
+            self.tf32 = True
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = 2 if on_gpu else 0

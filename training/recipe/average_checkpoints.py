@@ -1,11 +1,13 @@
 """Checkpoint averaging, as in the paper (§6.1): the base models use "a single model obtained by averaging
 the last 5 checkpoints, which were written at 10-minute intervals", the big models the last 20.
 
-Works on the `checkpoint-STEP` folders that `Seq2SeqTrainer` writes. Only `model.safetensors` is read (never a
-pickle), and the result is a folder that `from_pretrained` loads like any of the inputs.
+Works on the `checkpoint-STEP` folders that `Seq2SeqTrainer` writes (vaswani-train keeps them in the output
+folder's `checkpoints/`; --run-dir finds them there or directly in the folder). Only `model.safetensors` is read
+(never a pickle), and the result is a folder that `from_pretrained` loads like any of the inputs.
 
-    vaswani-average --run-dir runs/base --last 5 --output runs/base/averaged
-    vaswani-average --inputs runs/base/checkpoint-90000 runs/base/checkpoint-100000 --output runs/base/averaged
+    vaswani-average --run-dir runs/base --last 5 --output runs/base-averaged
+    vaswani-average --inputs runs/base/checkpoints/checkpoint-90000 runs/base/checkpoints/checkpoint-100000 \
+        --output runs/base-averaged
 
 (`python -m training.average_checkpoints` from a checkout is the same command.)
 """

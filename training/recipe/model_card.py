@@ -170,6 +170,12 @@ def render_model_card(run: RunRecord, model_name: str = "hf-vaswani") -> str:
         "steps": results.train_steps,
         "epochs": f"{results.train_epochs:.2f}",
         "train_minutes": results.train_minutes,
+        "resumed": (
+            f" (resumed at step {results.resumed_from_step}: steps and minutes count every segment of the run)"
+            if results.resumed_from_step
+            else ""
+        ),
+        "stopped_early": f"\n- **Stopped early**: {results.stopped_early}." if results.stopped_early else "",
         "averaging": (
             f"average of {', '.join(averaged)} (taken by step count)"
             if averaged

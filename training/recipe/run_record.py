@@ -79,6 +79,11 @@ class RunResults:
     averaged_checkpoints: list[str] = field(default_factory=list)
     scores: dict[str, SplitScores] = field(default_factory=dict)
     total_minutes: float | None = None
+    # Why training ended before its planned steps, in one line (None when it ran them all): a budget, a stop.
+    stopped_early: str | None = None
+    # The step a resumed run continued from (None when it started fresh); train_steps and train_minutes are then
+    # the whole run's, every segment together.
+    resumed_from_step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The `results` of results.json: the figures, then each split's scores under the split's name."""

@@ -1,15 +1,17 @@
 """Train, average, evaluate and package an hf-vaswani translation model: the paper's recipe on stock tools.
 
     vaswani-train [RECIPE] [--argument value ...]             (`python -m training.train` from a checkout)
-    accelerate launch --num_processes 2 -m hf_vaswani_training.train [same arguments]
+    accelerate launch --multi_gpu --num_processes 2 -m hf_vaswani_training.train [same arguments]
 
 RECIPE is a JSON/YAML file or the name of a recipe shipped in training/recipes (`toy`, `multi30k`); arguments after
 it override it. With no data named, the embedded toy corpus (training/toy_corpus.py) is used, so the command runs
 anywhere offline. See `vaswani-train --help`. Mistakes are UsageErrors, printed as one line by training/cli.py.
 """
 
+import contextlib
 import dataclasses
 import difflib
+import errno
 import json
 import logging
 import os
@@ -40,6 +42,7 @@ from ..serving.decoding import translate
 from ..usage import (
     TrainRequest,
     UsageError,
+    check_loaded_model,
     check_model_dir,
     check_output_dir,
     check_safetensors,
@@ -50,11 +53,21 @@ from ..usage import (
 )
 from .arguments import ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
-from .checkpoints import checkpoint_name, last_complete_checkpoint
+from .checkpoints import (
+    AVERAGED_SUBDIR,
+    OutputDirLock,
+    checkpoint_name,
+    checkpoint_problem,
+    checkpoint_step,
+    checkpoints_dir,
+    last_complete_checkpoint,
+    write_upload_ignore,
+)
+from .console import configure_logging, print_summary
 from .model_card import write_model_card
 from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
 from .schedule import peak_learning_rate
-from .trainer import TimeBudgetCallback, VaswaniTrainer
+from .trainer import TimeBudgetCallback, TrainingClock, VaswaniTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +228,7 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
             attn_implementation=model_args.attn_implementation,
             trust_remote_code=model_args.trust_remote_code,
         )
+        check_loaded_model(model, None, model_args.model_name_or_path)  # NaN weights: refused before training
         if model_args.dropout is not None:
             model.config.dropout = model_args.dropout
     else:
@@ -251,15 +265,19 @@ def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
 
 
 def check_launch(parent_cmdline: list[str] | None = None) -> None:
-    """Refuse `accelerate launch --cpu --num_processes N` (N > 1), which starts ONE process and says nothing.
+    """Refuse an `accelerate launch` that asked for several processes or machines but started this one alone.
 
-    Accelerate's `--cpu` goes to its simple launcher, which runs the script once (several CPU processes need
-    mpirun and a hostfile); the requested count reaches the script neither as WORLD_SIZE nor in any ACCELERATE_*
-    variable, so it is read from the launcher's command line, the parent process (Linux /proc). The form that
-    works on CPUs is `--multi_gpu --num_processes N`: torchrun starts N processes, on the gloo backend when there
-    is no GPU.
+    Without `--multi_gpu` (on a machine with fewer than 2 GPUs, or with `--cpu`), Accelerate goes to its simple
+    launcher, which runs the script once per machine as a world of one (several CPU processes need mpirun and a
+    hostfile): `--num_processes N` starts ONE process and says nothing, and `--num_machines M` starts one per machine,
+    M runs that share no gradients and write the same output folder. The requested counts reach the script neither
+    as WORLD_SIZE nor in any ACCELERATE_* variable, so they are read from the launcher's command line, the parent
+    process (Linux /proc). The form that works, on CPUs too, is `--multi_gpu`: torchrun starts the processes, across
+    machines with --num_machines/--machine_rank/--main_process_ip, on the gloo backend where there is no GPU.
     """
-    if os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true") or "WORLD_SIZE" in os.environ:
+    # Only the simple launcher sets ACCELERATE_USE_CPU (True or False); torchrun sets WORLD_SIZE, mpirun its own.
+    world_size_variables = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+    if "ACCELERATE_USE_CPU" not in os.environ or any(name in os.environ for name in world_size_variables):
         return
     if parent_cmdline is None:
         try:
@@ -267,17 +285,30 @@ def check_launch(parent_cmdline: list[str] | None = None) -> None:
         except OSError:
             return  # not Linux: nothing to read, nothing to check
         parent_cmdline = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-    requested = None
-    for index, part in enumerate(parent_cmdline):
-        for flag in ("--num_processes", "--num-processes"):
-            if part == flag and index + 1 < len(parent_cmdline):
-                requested = parent_cmdline[index + 1]
-            elif part.startswith(flag + "="):
-                requested = part.split("=", 1)[1]
-    if requested is not None and requested.isdigit() and int(requested) > 1:
+
+    def requested(option: str) -> int:
+        value = None
+        for index, part in enumerate(parent_cmdline):
+            for flag in (f"--{option}", f"--{option.replace('_', '-')}"):
+                if part == flag and index + 1 < len(parent_cmdline):
+                    value = parent_cmdline[index + 1]
+                elif part.startswith(flag + "="):
+                    value = part.split("=", 1)[1]
+        return int(value) if value is not None and value.isdigit() else 1
+
+    launcher = "accelerate launch --cpu" if "--cpu" in parent_cmdline else "accelerate launch"
+    processes, machines = requested("num_processes"), requested("num_machines")
+    if machines > 1:
         raise UsageError(
-            f"accelerate launch --cpu --num_processes {requested} starts only 1 process (its --cpu launcher has no "
-            f"multi-process mode); use `accelerate launch --multi_gpu --num_processes {requested} ...` instead, which "
+            f"{launcher} --num_machines {machines} starts one separate process on each machine (a world of one: they "
+            "share no gradients and write the same output folder); use `accelerate launch --multi_gpu --num_machines "
+            f"{machines} --machine_rank R --main_process_ip HOST0 --main_process_port PORT --num_processes "
+            f"{max(processes, machines)} ...` on machine R instead, which trains with DDP across them (gloo on CPUs)"
+        )
+    if processes > 1:
+        raise UsageError(
+            f"{launcher} --num_processes {processes} starts only 1 process (without --multi_gpu Accelerate runs the "
+            f"script once here); use `accelerate launch --multi_gpu --num_processes {processes} ...` instead, which "
             "runs that many CPU processes (gloo) on a machine without GPUs, or drop --num_processes"
         )
 
@@ -353,7 +384,8 @@ def prepare_training_data(
         logger.info("Data %s->%s: %s", source_lang, target_lang, {k: len(v) for k, v in raw.items()})
 
         # ---- tokenizer (trained once, on the main process) ----
-        with training_args.main_process_first(desc="tokenizer"):
+        # local=False: the other machines' first processes wait too; they read what process 0 writes to output_dir.
+        with training_args.main_process_first(local=False, desc="tokenizer"):
             if tokenizer_source is None and not is_main:
                 tokenizer_source = str(output_dir)  # written by the main process a moment ago
             tokenizer = load_or_train_tokenizer(
@@ -409,20 +441,6 @@ def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric
 # ---- the recipe, one step each -------------------------------------------------------------------------------------
 
 
-def configure_logging(training_args: VaswaniTrainingArguments) -> None:
-    level = logging.INFO if training_args.should_log else logging.WARNING
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        level=level,
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    transformers.utils.logging.set_verbosity(level)
-    transformers.utils.logging.disable_default_handler()
-    transformers.utils.logging.enable_propagation()
-    datasets.utils.logging.set_verbosity_warning()
-
-
 def checkpoint_to_resume(training_args: VaswaniTrainingArguments) -> str | None:
     """--resume_from_checkpoint as a folder: True (or last) is the last complete checkpoint of --output_dir."""
     resume = training_args.resume_from_checkpoint
@@ -430,6 +448,8 @@ def checkpoint_to_resume(training_args: VaswaniTrainingArguments) -> str | None:
         resume = last_complete_checkpoint(training_args.output_dir)  # skips folders a crash left half-written
         if resume is None:
             raise ValueError(f"--resume_from_checkpoint: no complete checkpoint-* folder in {training_args.output_dir}")
+    if resume in ("False", "false", "None", ""):
+        resume = None
     return resume
 
 
@@ -440,6 +460,19 @@ def tokenizer_to_load(model_args: ModelArguments, output_dir: Path) -> str | Non
     if source is None and (output_dir / "tokenizer.json").is_file():
         source = str(output_dir)
     return source
+
+
+def make_data_collator(tokenizer, model, pad_to_multiple_of: int | None = None) -> DataCollatorForSeq2Seq:
+    """Batches padded to their longest sentence, with `pad_to_multiple_of` rounded up to a multiple on each side.
+
+    On a GPU the recipe rounds to 8: tensor-core shapes, and at most max_length / 8 lengths per side, so that
+    compiled code is reused. Masks make the extra padding inert (keys masked, labels -100): one step's loss and
+    gradients equal the unrounded batch's to float rounding. Not on the CPU, where it gains nothing: other matrix
+    shapes round differently, and over the toy recipe's steps that drifts the weights (60 steps: max |difference|
+    0.013), so CPU runs keep the weights they had."""
+    return DataCollatorForSeq2Seq(
+        tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=pad_to_multiple_of
+    )
 
 
 def count_parameters(model) -> int:
@@ -462,14 +495,21 @@ def train_model(
 ) -> tuple[VaswaniTrainer, RunResults]:
     """Train (or resume), make sure the last step is a checkpoint, and return the trainer and the figures."""
     tokenizer = data.tokenizer
-    callbacks = [TimeBudgetCallback(training_args.max_train_minutes)] if training_args.max_train_minutes else []
+    budget = TimeBudgetCallback(training_args.max_train_minutes) if training_args.max_train_minutes else None
+    # Read before training, as rotation may delete the checkpoint; one that is incomplete, trainer.train refuses.
+    readable = resume is not None and checkpoint_problem(resume) is None
+    clock = TrainingClock.from_checkpoint(resume if readable else None)  # the minutes of the segments before
+    resumed_at = checkpoint_step(resume) if readable else None
+    callbacks = [clock, *([budget] if budget else [])]
     trainer = VaswaniTrainer(
         model=model,
         args=training_args,
         train_dataset=data.tokenized["train"],
         eval_dataset=data.tokenized.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        data_collator=make_data_collator(
+            tokenizer, model, pad_to_multiple_of=8 if training_args.device.type != "cpu" else None
+        ),
         # Evaluation decodes through decoding.translate_ids with --eval_max_tokens batches, as the final
         # evaluation does; compute_metrics scores the stock generate loop where that cannot run (ZeRO-3, FSDP).
         translation_metric=metric,
@@ -477,12 +517,11 @@ def train_model(
         callbacks=callbacks,
         max_tokens=training_args.max_tokens,
     )
-    started = time.monotonic()
     train_result = trainer.train(resume_from_checkpoint=resume)
-    seconds = time.monotonic() - started
-    output_dir = Path(training_args.output_dir)
+    seconds = clock.seconds
     # The last step is always a checkpoint, so averaging includes the final weights.
-    if training_args.save_strategy != "no" and not (output_dir / checkpoint_name(trainer.state.global_step)).is_dir():
+    last = checkpoints_dir(training_args.output_dir) / checkpoint_name(trainer.state.global_step)
+    if training_args.save_strategy != "no" and not last.is_dir() and resumed_at != trainer.state.global_step:
         trainer._save_checkpoint(trainer.model, trial=None)
     # --push_to_hub: let any background checkpoint upload finish before the folder is rewritten with the averaged
     # model; the final model and its card are pushed at the end.
@@ -494,8 +533,18 @@ def train_model(
         train_epochs=trainer.state.epoch,
         train_minutes=round(seconds / 60, 2),
         parameters=count_parameters(model),
+        stopped_early=stopped_early(trainer.state.global_step, trainer.state.max_steps, budget),
+        resumed_from_step=resumed_at,
     )
     return trainer, results
+
+
+def stopped_early(steps: int, planned: int, budget: TimeBudgetCallback | None) -> str | None:
+    """One line on why training ended before its `planned` steps, or None when it ran them all."""
+    if not planned or steps >= planned:
+        return None
+    cause = "--max_train_minutes" if budget is not None and budget.stopped_at is not None else "an early stop"
+    return f"stopped by {cause} after {steps:,} of {planned:,} steps: the model is undertrained"
 
 
 def average_last_checkpoints(trainer: VaswaniTrainer, training_args: VaswaniTrainingArguments):
@@ -507,7 +556,9 @@ def average_last_checkpoints(trainer: VaswaniTrainer, training_args: VaswaniTrai
     if training_args.average_last_n > 1 and training_args.save_strategy != "no":
         checkpoints = last_checkpoints(output_dir, training_args.average_last_n)
         if len(checkpoints) > 1:
-            averaged_dir = average_checkpoints(checkpoints, output_dir / ".averaged", overwrite=True)
+            averaged_dir = average_checkpoints(
+                checkpoints, checkpoints_dir(output_dir) / AVERAGED_SUBDIR, overwrite=True
+            )
             averaged = [checkpoint.name for checkpoint in checkpoints]
             logger.info("Averaged %s", averaged)
             return AutoModelForSeq2SeqLM.from_pretrained(averaged_dir).to(trainer.model.device), averaged
@@ -563,18 +614,6 @@ def package(run: RunRecord, trainer: VaswaniTrainer, training_args: VaswaniTrain
         print(f"Pushed the final model to {pushed.repo_url}")
 
 
-def print_summary(run: RunRecord, output_dir: Path) -> None:
-    scores = run.results.scores
-    print(f"\nModel written to {output_dir} ({run.results.total_minutes} min in all)")
-    for split in ("validation", "test"):
-        if split in scores:
-            print(f"{split}: sacreBLEU {scores[split].bleu:.2f}, chrF {scores[split].chrf:.2f}")
-    if "test" in scores:
-        print(f"signature: {scores['test'].bleu_signature}")
-    for sample in run.samples:
-        print(f"\n  source:     {sample.source}\n  hypothesis: {sample.hypothesis}\n  reference:  {sample.reference}")
-
-
 # ---- main -----------------------------------------------------------------------------------------------------------
 
 
@@ -591,7 +630,29 @@ def main(argv: list[str] | TrainRequest | None = None) -> dict:
     request = argv if isinstance(argv, TrainRequest) else as_request(sys.argv[1:] if argv is None else argv)
     model_args, data_args, training_args = parse_arguments(request)
     check_arguments(model_args, data_args, training_args, checked_model=request.checked_model)
-    configure_logging(training_args)
+    configure_logging(
+        training_args, toy_corpus=not (data_args.dataset_name or data_args.data_dir or data_args.train_file)
+    )
+    # One run writes a folder at a time (the main process holds the lock; the others write through it).
+    with OutputDirLock(training_args.output_dir) if training_args.process_index == 0 else contextlib.nullcontext():
+        try:
+            return run_recipe(model_args, data_args, training_args)
+        except OSError as error:
+            if error.errno not in _FULL_OR_READ_ONLY:
+                raise
+            where = error.filename or training_args.output_dir
+            raise UsageError(
+                f"cannot write {where}: {error.strerror}; free some space or choose another --output_dir (a run "
+                "stopped by this resumes from its last checkpoint with --resume_from_checkpoint True)"
+            ) from error
+
+
+# Disk full, quota exceeded, no permission, read-only file system: a fault of the place, not a bug.
+_FULL_OR_READ_ONLY = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def run_recipe(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
+    """`main` once the arguments are checked and the output folder is locked."""
     started = time.monotonic()
     set_seed(training_args.seed)
     output_dir = Path(training_args.output_dir)
@@ -602,6 +663,8 @@ def main(argv: list[str] | TrainRequest | None = None) -> dict:
     from .metrics import load_translation_metric
 
     metric = load_translation_metric()
+    if training_args.process_index == 0:  # only now: a run refused over its data leaves no file behind
+        write_upload_ignore(output_dir)
     trainer, results = train_model(model, data, training_args, metric, resume)
     if training_args.process_index != 0:
         return results.to_dict()

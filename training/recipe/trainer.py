@@ -4,7 +4,13 @@
 - Label smoothing computed inside the model's fused `cross_entropy(label_smoothing=...)` instead of the Trainer's
   `LabelSmoother`, which materialises a full log-softmax copy of the logits.
 - Throughput in the logs (non-pad source and target tokens per second), a wall-clock budget, and a hard stop
-  on a non-finite loss or gradient before the optimizer applies it.
+  on a non-finite loss or gradient before the optimizer applies it (on a GPU the fused AdamW step skips it on the
+  device and the stop comes at the next log or checkpoint: no host-device synchronisation in a training step).
+- A run that ends honestly: the budget records where it stopped, `TrainingClock` keeps the training time of every
+  resumed segment in the checkpoints, and resuming from a checkpoint already at --max_steps trains nothing (the
+  stock loop trains one step more and changes the final model).
+- With VASWANI_BATCH_LOG=DIR, a record of what each process trained on and of its final weights (`BatchLog`), to
+  check data parallelism from outside: ranks that share sentences or end with different weights show in it.
 - Evaluation that decodes the validation split the way `translate` does (training/decoding.py: length-sorted
   batches of at most --eval_max_tokens source tokens, outputs back in input order) instead of the stock
   predict_with_generate loop (8 sentences a batch in dataset order, padded to the longest of each), and scores
@@ -18,11 +24,14 @@ refuses, naming the file, folders that are incomplete anyway (older runs, copies
 and how it is written lives in training/checkpoints.py.
 """
 
+import hashlib
+import json
 import logging
 import math
 import os
 import shutil
 import time
+from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
@@ -32,7 +41,7 @@ from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import SaveStrategy, rotate_checkpoints
+from transformers.trainer_utils import SaveStrategy, TrainOutput
 
 from ..data.batching import TokenBatchSampler
 from ..data.cache import sequence_lengths
@@ -40,8 +49,10 @@ from ..serving.decoding import translate_ids
 from .checkpoints import (
     checkpoint_name,
     checkpoint_problem,
+    checkpoints_dir,
     last_complete_checkpoint,
     publish,
+    rotate_checkpoints,
     staging_dir_for,
     stale_staging_dirs,
 )
@@ -58,21 +69,85 @@ class NonFiniteGradientError(NonFiniteLossError):
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stops training (with a final save) once `max_minutes` of wall-clock time have passed."""
+    """Stops training (with a final save) once `max_minutes` of wall-clock time have passed; `stopped_at` is the
+    step it stopped at (None when the run reached its last step first)."""
 
     def __init__(self, max_minutes: float):
         self.max_seconds = max_minutes * 60
         self.start = None
+        self.stopped_at: int | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
-        if time.monotonic() - self.start >= self.max_seconds:
+        if time.monotonic() - self.start >= self.max_seconds and state.global_step < state.max_steps:
             logger.info("Time budget of %.1f min reached at step %d", self.max_seconds / 60, state.global_step)
+            self.stopped_at = state.global_step
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """Training seconds of the whole run, every resumed segment together. Saved in each checkpoint's
+    trainer_state.json (`stateful_callbacks`), so a resumed run reports its whole time, not its last segment's."""
+
+    def __init__(self, seconds_before: float = 0.0):
+        self.seconds_before = seconds_before
+        self.start: float | None = None
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint_dir: str | os.PathLike | None) -> "TrainingClock":
+        """A clock that goes on from the seconds recorded in `checkpoint_dir` (0 for none, or an older run's)."""
+        if checkpoint_dir is None:
+            return cls()
+        state = json.loads((Path(checkpoint_dir) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+        saved = state.get("stateful_callbacks", {}).get(cls.__name__, {})
+        return cls(float(saved.get("args", {}).get("seconds_before", 0.0)))
+
+    @property
+    def seconds(self) -> float:
+        return self.seconds_before + (time.monotonic() - self.start if self.start is not None else 0.0)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def state(self) -> dict:
+        return {"args": {"seconds_before": round(self.seconds, 3)}, "attributes": {}}
+
+
+class BatchLog(TrainerCallback):
+    """With VASWANI_BATCH_LOG=DIR set, every process appends to DIR/batches-rank<R>.jsonl one line per batch it
+    trains on (the step, a hash of each source sentence's token ids) and, when training ends, one line with a hash
+    of each of its weights. Written from `VaswaniTrainer.training_step`, so it shows the batches the model got after
+    the sampler, Accelerate's data loader and, on resume, its skipping of the batches already trained on. A check,
+    not for speed: it copies every batch to the host. tests/test_multi_machine.py reads it."""
+
+    ENV = "VASWANI_BATCH_LOG"
+
+    def __init__(self, log_dir: str, rank: int, world_size: int):
+        os.makedirs(log_dir, exist_ok=True)
+        self.path = os.path.join(log_dir, f"batches-rank{rank}.jsonl")
+        self.rank, self.world_size = rank, world_size
+
+    def _write(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"rank": self.rank, "world_size": self.world_size, **record}) + "\n")
+
+    def record_batch(self, step: int, inputs: dict) -> None:
+        input_ids, mask = inputs["input_ids"].cpu(), inputs["attention_mask"].cpu().bool()
+        sources = [_fingerprint(ids[keep]) for ids, keep in zip(input_ids, mask, strict=True)]
+        self._write({"step": step, "sources": sources})
+
+    def on_train_end(self, args, state: TrainerState, control: TrainerControl, model=None, **kwargs):
+        weights = {name: _fingerprint(tensor) for name, tensor in model.state_dict().items()}
+        self._write({"step": state.global_step, "weights": weights})
+
+
+def _fingerprint(tensor: torch.Tensor) -> str:
+    """A hash of the tensor's bytes, whatever its dtype."""
+    return hashlib.sha1(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
 
 
 class _TokenBatchSummary(logging.Filter):
@@ -112,8 +187,18 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.label_names = ["labels"]
         # The model applies label smoothing itself (see compute_loss); the stock smoother would pop the labels.
         self.label_smoother = None
-        self._tokens_since_log = 0
+        self._tokens_since_log = 0  # a tensor on the batches' device once training runs
         self._time_of_last_log = time.monotonic()
+        # The finite checks read the loss and gradient norm on the host, a host-device synchronisation that stalls a
+        # GPU every step. Off the CPU they run on the device instead (`_check_finite_on_device`) and reach the host
+        # at the next log or checkpoint; on the CPU a read costs nothing and the check is immediate.
+        self.check_finite_every_step = self.args.device.type == "cpu"
+        self._step_nonfinite = None  # this update's flag, on the device
+        self._first_nonfinite_step = None  # the first update skipped as non-finite (-1: none), on the device
+        self.batch_log = None
+        if os.environ.get(BatchLog.ENV):
+            self.batch_log = BatchLog(os.environ[BatchLog.ENV], self.args.process_index, self.args.world_size)
+            self.add_callback(self.batch_log)
 
     # ---- token-count batches ------------------------------------------------------------------------------------
 
@@ -160,8 +245,17 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        self._tokens_since_log += int(inputs["attention_mask"].sum()) + int((inputs["labels"] != -100).sum())
+        # Summed where the batch is; read on the host only when logging.
+        self._tokens_since_log = (
+            self._tokens_since_log + inputs["attention_mask"].sum() + (inputs["labels"] != -100).sum()
+        )
+        if self.batch_log is not None:
+            self.batch_log.record_batch(self.state.global_step + 1, inputs)
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._finite_checks_on_device():
+            nonfinite = ~torch.isfinite(loss).all()
+            self._step_nonfinite = nonfinite if self._step_nonfinite is None else self._step_nonfinite | nonfinite
+            return loss
         # Checked before the optimizer step, so the weights (and every checkpoint) stay finite.
         if not torch.isfinite(loss).all():
             raise NonFiniteLossError(
@@ -173,6 +267,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         # A finite loss can still have non-finite gradients (an overflow in the backward pass), and one Adam step
         # with them writes NaN into the weights. The stock loop computes this norm before every optimizer step.
         grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        if self._finite_checks_on_device():
+            self._check_finite_on_device(grad_norm)
+            return grad_norm
         # Under fp16 the gradient scaler expects inf/NaN now and then: it skips that step and lowers the scale.
         if grad_norm is not None and getattr(self.accelerator, "scaler", None) is None:
             value = float(grad_norm)
@@ -195,10 +292,51 @@ class VaswaniTrainer(Seq2SeqTrainer):
             "the data, then resume from it with --resume_from_checkpoint."
         )
 
+    def _finite_checks_on_device(self) -> bool:
+        """Whether this run checks finiteness on the device: off the CPU, with an optimizer that can skip an update
+        on a device-side flag (the fused AdamW kernels take `found_inf`, as under a GradScaler)."""
+        if self.check_finite_every_step or self.optimizer is None:
+            return False
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # inside Accelerate's wrapper
+        return bool(optimizer.defaults.get("fused"))
+
+    def _check_finite_on_device(self, grad_norm) -> None:
+        """The checks of `training_step` and `_get_grad_norm` without a host read: a non-finite loss or gradient
+        norm makes the fused AdamW step leave weights and moments as they are, and the first such step is raised
+        as NonFiniteLossError at the next log or checkpoint (`_raise_if_nonfinite`), so no weights a run keeps
+        are non-finite."""
+        nonfinite, self._step_nonfinite = self._step_nonfinite, None
+        scaler = getattr(self.accelerator, "scaler", None)
+        # Under fp16 the gradient scaler expects inf/NaN gradients now and then and skips those steps itself.
+        if isinstance(grad_norm, torch.Tensor) and scaler is None:
+            bad_norm = ~torch.isfinite(grad_norm)
+            nonfinite = bad_norm if nonfinite is None else nonfinite | bad_norm
+        if nonfinite is None:
+            return
+        if self._first_nonfinite_step is None:
+            self._first_nonfinite_step = torch.full((), -1, dtype=torch.long, device=nonfinite.device)
+        step = torch.full((), self.state.global_step + 1, dtype=torch.long, device=nonfinite.device)
+        first = self._first_nonfinite_step
+        self._first_nonfinite_step = torch.where((first < 0) & nonfinite, step, first)
+        if scaler is None:
+            getattr(self.optimizer, "optimizer", self.optimizer).found_inf = nonfinite.float()
+
+    def _raise_if_nonfinite(self) -> None:
+        if self._first_nonfinite_step is None:
+            return
+        step = int(self._first_nonfinite_step)  # the host read, once per log or checkpoint
+        if step >= 0:
+            raise NonFiniteLossError(
+                f"Training loss or its gradients became non-finite at step {step} (seen at step "
+                f"{self.state.global_step}; those updates were skipped, the weights are finite); "
+                f"{self._how_to_recover()}"
+            )
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._raise_if_nonfinite()
         if "loss" in logs:
             now = time.monotonic()
-            tokens = self._tokens_since_log * self.args.world_size  # each rank counts its own batches
+            tokens = int(self._tokens_since_log) * self.args.world_size  # each rank counts its own batches
             logs["tokens_per_second"] = round(tokens / max(now - self._time_of_last_log, 1e-9), 1)
             self._tokens_since_log, self._time_of_last_log = 0, now
         super().log(logs, start_time)
@@ -300,12 +438,16 @@ class VaswaniTrainer(Seq2SeqTrainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
-            problem = checkpoint_problem(resume_from_checkpoint)
+            problem = checkpoint_problem(resume_from_checkpoint, resumable=True)
             if problem is not None:
                 raise ValueError(
                     f"Cannot resume from {resume_from_checkpoint}: {problem}. Resume from an earlier checkpoint "
                     "(--resume_from_checkpoint True picks the last complete one)."
                 )
+        if resume_from_checkpoint:
+            finished = self._load_finished_run(resume_from_checkpoint)
+            if finished is not None:
+                return finished
         if self.max_tokens is None:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
         # The stock start-of-training summary counts sentences per batch, which token batches do not have.
@@ -317,6 +459,33 @@ class VaswaniTrainer(Seq2SeqTrainer):
         finally:
             trainer_logger.removeFilter(token_lines)
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # The stock check reports the tied weights (lm_head and both embed_tokens: one tensor with shared.weight,
+        # §3.4, stored once in safetensors) as "missing keys" on every resume, a false alarm; any other key still is.
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+    def _load_finished_run(self, checkpoint: str | os.PathLike) -> TrainOutput | None:
+        """A checkpoint already at --max_steps: load its weights and state and train nothing (None otherwise).
+
+        The stock loop, resumed there, still runs one more step (and so changes the final model and goes past
+        --max_steps); a run killed after its last checkpoint, or resumed once finished, must end as it was."""
+        state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
+        if self.args.max_steps <= 0 or state.global_step < self.args.max_steps:
+            return None
+        logger.warning(
+            "%s is at step %d of --max_steps %d: training is complete, nothing is trained",
+            checkpoint,
+            state.global_step,
+            self.args.max_steps,
+        )
+        self._load_from_checkpoint(str(checkpoint))
+        self.state = state
+        losses = [entry.get("train_loss", entry.get("loss")) for entry in state.log_history]
+        losses = [loss for loss in losses if loss is not None]
+        return TrainOutput(state.global_step, losses[-1] if losses else float("nan"), {})
+
     def _save_checkpoint(self, model, trial) -> None:
         """The stock `Trainer._save_checkpoint` of transformers 5.23-5.24 (weights, optimizer, scheduler, scaler, RNG,
         trainer state, push, rotation), written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once all of
@@ -327,13 +496,17 @@ class VaswaniTrainer(Seq2SeqTrainer):
         What the fork changes, and nothing else: (1) it writes into the staging folder, removing a stale one
         first; (2) `best_model_checkpoint` may name the current step, whose folder exists only once published;
         (3) every process waits (`accelerator.wait_for_everyone`) before the rename, then the main process
-        `publish`es the folder (fsync, rename); (4) the Hub push and the rotation see the published folder.
+        `publish`es the folder (fsync, rename); (4) the Hub push and the rotation see the published folder;
+        (5) checkpoints go to the output folder's `checkpoints/` (training/recipe/checkpoints.py), and the rotation
+        is `checkpoints.rotate_checkpoints`, which renames a folder before deleting it; (6) a callback state the
+        resumed trainer_state.json lacks (a newer callback) is added, not a KeyError.
         Re-read the stock method when upgrading transformers: tests/test_reliability.py fails on a release whose
         stock method differs from the one this was read against.
         """
+        self._raise_if_nonfinite()  # no checkpoint after a skipped, non-finite step
         if self.hp_search_backend is None and trial is None:
             self.store_flos()
-        run_dir = self._get_output_dir(trial=trial)
+        run_dir = str(checkpoints_dir(self._get_output_dir(trial=trial)))
         output_dir = os.path.join(run_dir, checkpoint_name(self.state.global_step))
         staging_dir = str(staging_dir_for(output_dir))
         if self.args.should_save and os.path.exists(staging_dir):
@@ -360,7 +533,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 if not isinstance(callback, ExportableState):
                     continue
                 name = callback.__class__.__name__
-                if isinstance(self.state.stateful_callbacks[name], list):
+                if isinstance(self.state.stateful_callbacks.get(name), list):
                     self.state.stateful_callbacks[name].append(callback.state())
                 else:
                     self.state.stateful_callbacks[name] = callback.state()
@@ -377,9 +550,4 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if self.args.push_to_hub:
             self._push_from_checkpoint(output_dir)
         if self.args.should_save:
-            rotate_checkpoints(
-                output_dir=run_dir,
-                save_total_limit=self.args.save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
-            )
+            rotate_checkpoints(run_dir, self.args.save_total_limit, keep=self.state.best_model_checkpoint)
