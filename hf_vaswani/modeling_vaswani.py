@@ -413,6 +413,10 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         # One min/max reduction and one host sync per forward; skipped where it would break a traced graph.
         if input_ids.numel() == 0 or torch.jit.is_tracing() or torch.compiler.is_compiling():
             return
+        if input_ids.device.type != "cpu":  # on an accelerator: checked there, without stopping the host for it
+            in_range = (input_ids >= 0).all() & (input_ids < self.config.vocab_size).all()
+            torch._assert_async(in_range, "input_ids outside [0, vocab_size): the tokenizer does not match the model")
+            return
         low, high = torch.stack(torch.aminmax(input_ids)).tolist()
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(
