@@ -301,3 +301,18 @@ def test_the_card_of_a_resumed_run_reports_the_whole_run(tmp_path):
     assert final["stateful_callbacks"]["TrainingClock"]["args"]["seconds_before"] > first_seconds
     card = render_model_card(RunRecord.from_dict(json.loads((output_dir / "results.json").read_text())))
     assert "- 6 optimizer steps" in card and "resumed at step 1" in card and "Stopped early" not in card
+
+
+def test_fp16_without_an_accelerator_is_refused_in_one_line(tmp_path, capsys):
+    """The stock Trainer ignores --fp16 on a CPU and trains in float32 without a word."""
+    import torch
+
+    from hf_vaswani_training import cli
+
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator: --fp16 is valid here")
+    status = cli.train(["toy", "--fp16", "True", "--output_dir", str(tmp_path / "run")])
+    stderr = capsys.readouterr().err
+    assert status == 2 and len(stderr.strip().splitlines()) == 1
+    assert stderr.startswith("vaswani-train: error: --fp16 True: there is no GPU here")
+    assert not (tmp_path / "run").exists()
