@@ -1,4 +1,5 @@
 import math
+import os
 
 import pytest
 import torch
@@ -380,6 +381,11 @@ def test_a_few_steps_of_training_fit_a_copy_task():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+    reason="torch 2.13's Inductor cannot generate C++ for ATEN_CPU_CAPABILITY=default ('at::vec' has not been "
+    "declared): a known torch limitation, not ours; eager kernels are still tested under that capability",
+)
 def test_forward_under_torch_compile():
     model = tiny_model()
     input_ids, decoder_input_ids = _batch()

@@ -48,10 +48,11 @@ import json
 import logging
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..usage import UsageError
+from ..usage import UsageError, check_loaded_model, tokenizer_problem
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ def register_vaswani_loader():
             return "AutoModelForSeq2SeqLM"
 
         def get_model_spec(self, model):
+            check_loaded_model(model, None, model.name_or_path)  # NaN weights: refused, not converted
             config = model.config
             activation = ct2_transformers._SUPPORTED_ACTIVATIONS.get(config.activation_function)
             if activation is None:
@@ -190,6 +192,9 @@ def register_vaswani_loader():
         def get_vocabulary(self, model, tokenizer):
             tokens = super().get_vocabulary(model, tokenizer)
             size = model.config.vocab_size
+            problem = tokenizer_problem(tokenizer, model.config, model.name_or_path)
+            if problem is not None:
+                raise UsageError(problem)
             if len(tokens) > size:
                 raise UsageError(
                     f"the tokenizer has {len(tokens)} tokens but the model's vocab_size is {size}: the folder's "
@@ -367,7 +372,8 @@ class CTranslate2Translator:
 
         tokenizer = self.tokenizer
         max_input = min(max_source_length or self.max_positions, self.max_positions)
-        encoded = tokenizer(list(sentences), truncation=True, max_length=max_input)["input_ids"]
+        blank_as_empty = [sentence if sentence.strip() else "" for sentence in sentences]
+        encoded = tokenizer(blank_as_empty, truncation=True, max_length=max_input)["input_ids"]
         sources = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
         lengths = [len(ids) for ids in encoded]
         options: dict[str, Any] = dict(
@@ -381,8 +387,12 @@ class CTranslate2Translator:
             options.update(
                 sampling_topk=top_k or 0, sampling_topp=top_p or 1.0, sampling_temperature=temperature or 1.0
             )
-        outputs: list = [None] * len(sentences)
-        for batch in length_sorted_batches(lengths, max_tokens, max_sentences):
+        # An empty source (only padding, BOS, EOS) translates to an empty output, as in training.decoding.translate.
+        nothing = {tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id} - {None}
+        outputs: list = [[[] for _ in range(num_return_sequences)] if set(ids) <= nothing else None for ids in encoded]
+        kept = [index for index, output in enumerate(outputs) if output is None]
+        for kept_batch in length_sorted_batches([lengths[i] for i in kept], max_tokens, max_sentences):
+            batch = [kept[position] for position in kept_batch]
             if max_new_tokens is not None:
                 limit = max_new_tokens
             elif max_length_offset is not None:
@@ -421,15 +431,70 @@ def strip_special(ids: Sequence[int], decoder_start_token_id: int, eos_token_id:
     return [token for token in ids if token != pad_token_id]
 
 
-def check_ctranslate2(
+# Mean |log P(CTranslate2) - log P(generate())| per token of generate()'s greedy outputs above which the converted model
+# is reported as far from the PyTorch model. int8 with kernels that accumulate in int32 (VNNI; Intel MKL) measured
+# 0.016-0.019 nats on the tests' copy model and on the toy model (its weight rounding alone: 0.013); oneDNN's int8 GEMM
+# without VNNI (AVX2 or AVX-512 CPUs that lack it, e.g. AMD EPYC before Zen 4) adds pairs of int8 products in
+# saturating 16-bit lanes (vpmaddubsw) and measured 0.09 (toy model) to 0.40 (copy model) on the same sentences
+# (README, "int8 on other CPUs"). A measured threshold, not a derived one: 0.05 lies between the two.
+LOGPROB_WARNING_NATS = 0.05
+
+
+@dataclass
+class Agreement:
+    """The converted model against generate() on sample sentences (greedy, the same limit)."""
+
+    sentences: int
+    identical: int  # sentences whose tokens equal generate()'s
+    mean_logprob_difference: float  # mean |log P(ct2) - log P(torch)| over generate()'s tokens and EOS, in nats
+
+    @property
+    def all_identical(self) -> bool:
+        return self.identical == self.sentences
+
+    def line(self) -> str:
+        share = 100.0 * self.identical / max(self.sentences, 1)
+        return (
+            f"tokens identical to generate() on {self.identical}/{self.sentences} sentences ({share:.0f}%), "
+            f"mean log-prob difference {self.mean_logprob_difference:.3f} nats per token"
+        )
+
+
+def int8_kernel_description() -> str:
+    """What selects CTranslate2's int8 matrix products here, in a few words: the CPU's VNNI flags (Linux
+    /proc/cpuinfo), its vendor (MKL on Intel, oneDNN elsewhere) and the environment variables that force them."""
+    import os
+
+    flags: set[str] = set()
+    vendor = "unknown vendor"
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+            elif key.strip() == "vendor_id":
+                vendor = value.strip()
+    except OSError:
+        pass
+    vnni = sorted(flags & {"avx512_vnni", "avx_vnni"})
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "no avx2" if flags else "flags unknown"
+    words = [f"{vendor} CPU, {isa}, {'with ' + '/'.join(vnni) if vnni else 'without VNNI'}"]
+    names = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CT2_USE_MKL", "CT2_FORCE_CPU_ISA")
+    words += [f"{name}={os.environ[name]}" for name in names if os.environ.get(name)]
+    return ", ".join(words)
+
+
+def compare_with_generate(
     model_dir: str | Path,
     out_dir: str | Path,
     sentences: Sequence[str],
     max_new_tokens: int,
     trust_remote_code: bool = False,
-) -> bool:
-    """Print the converted model's and generate()'s greedy outputs for `sentences` (one batch, the same limit);
-    True when the tokens are the same for every sentence."""
+    verbose: bool = True,
+) -> Agreement:
+    """Decode `sentences` greedily with the converted model and with generate() (one batch, the same limit), and
+    score generate()'s tokens with both (CTranslate2's score_batch; the PyTorch model's log-softmax). `verbose`
+    prints each sentence's outputs and, where they differ, both token lists."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
@@ -444,20 +509,63 @@ def check_ctranslate2(
             **batch, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens, max_length_offset=None
         ).tolist()
     config = model.config
-    expected = [
-        strip_special(row, config.decoder_start_token_id, config.eos_token_id, config.pad_token_id) for row in generated
-    ]
+    eos_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    expected = [strip_special(row, config.decoder_start_token_id, eos_id, config.pad_token_id) for row in generated]
     actual = [nbest[0] for nbest in translator.translate_tokens(sentences, num_beams=1, max_new_tokens=max_new_tokens)]
-    all_equal = True
+    identical = 0
     for sentence, ours, theirs in zip(sentences, actual, expected, strict=True):
-        equal = ours == theirs
-        all_equal &= equal
-        text = tokenizer.decode(ours, skip_special_tokens=True)
-        print(f"{'same' if equal else 'DIFFERENT'}: {sentence!r} -> {text!r}")
-        if not equal:
-            print(f"    ctranslate2: {ours}\n    generate():  {theirs}")
-    print(f"--check: {'tokens identical' if all_equal else 'tokens differ'} on {len(sentences)} sentences")
-    return all_equal
+        identical += ours == theirs
+        if verbose:
+            text = tokenizer.decode(ours, skip_special_tokens=True)
+            print(f"{'same' if ours == theirs else 'DIFFERENT'}: {sentence!r} -> {text!r}")
+            if ours != theirs:
+                print(f"    ctranslate2: {ours}\n    generate():  {theirs}")
+
+    # Both engines score generate()'s tokens (and EOS) for each source, one sentence at a time (no padding).
+    differences: list[float] = []
+    for sentence, target in zip(sentences, expected, strict=True):
+        source_ids = tokenizer(sentence)["input_ids"]
+        scored = translator.translator.score_batch(
+            [tokenizer.convert_ids_to_tokens(source_ids)], [tokenizer.convert_ids_to_tokens(target)]
+        )[0]
+        decoder_input = torch.tensor([[config.decoder_start_token_id, *target]])
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([source_ids]), decoder_input_ids=decoder_input).logits[0]
+        reference = torch.log_softmax(logits.float(), dim=-1)[torch.arange(len(target) + 1), [*target, eos_id]]
+        differences += [abs(a - b) for a, b in zip(scored.log_probs, reference.tolist(), strict=True)]
+    mean = sum(differences) / max(len(differences), 1)
+    return Agreement(sentences=len(sentences), identical=identical, mean_logprob_difference=mean)
+
+
+def check_ctranslate2(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    sentences: Sequence[str],
+    max_new_tokens: int,
+    trust_remote_code: bool = False,
+) -> Agreement:
+    """`--check`: print the converted model's and generate()'s greedy outputs for `sentences`, then one line of
+    agreement (`Agreement.line`)."""
+    agreement = compare_with_generate(model_dir, out_dir, sentences, max_new_tokens, trust_remote_code)
+    print(f"--check: {agreement.line()}")
+    return agreement
+
+
+def agreement_warning(agreement: Agreement, quantization: str) -> str | None:
+    """One line when the converted model is far from generate() on this CPU (LOGPROB_WARNING_NATS), naming the
+    kernels in use and what keeps quality; None otherwise."""
+    if agreement.mean_logprob_difference <= LOGPROB_WARNING_NATS:
+        return None
+    advice = (
+        "translate it with `--dtype float32` (int8 weights, float32 products: no saturation) or export without "
+        "--quantization; int8_float16 runs as int8_float32 on CPU and does not help"
+        if quantization.startswith("int8")
+        else "compare the two models' outputs"
+    )
+    return (
+        f"{quantization} on this CPU ({int8_kernel_description()}) is far from generate(): "
+        f"mean log-prob difference {agreement.mean_logprob_difference:.2f} nats > {LOGPROB_WARNING_NATS}; {advice}"
+    )
 
 
 def translate_ctranslate2(model_dir: str | Path, sentences: Sequence[str], **kwargs) -> list[str] | list[list[str]]:
