@@ -76,10 +76,10 @@ from benchmarks.gpu_report import (  # noqa: E402
     write,
 )
 from benchmarks.marian.mfu import training_flops  # noqa: E402
+from benchmarks.marian.models import LABEL_SMOOTHING, PAPER_OPTIMIZER  # noqa: E402
 
 logger = logging.getLogger("gpu_benchmark")
 
-LABEL_SMOOTHING = 0.1  # §5.4
 PAD_TO_MULTIPLE_OF = 8  # the recipe's collator: tensor-core friendly shapes and a bounded set of them
 # ---- command line ---------------------------------------------------------------------------------------------------
 
@@ -275,12 +275,7 @@ def common_training_arguments(output_dir: str, args, precision: str, compile_mod
         learning_rate=0.0,  # replaced by the paper's peak for the model
         lr_scheduler_type="inverse_sqrt",
         warmup_steps=4000,
-        adam_beta1=0.9,
-        adam_beta2=0.98,
-        adam_epsilon=1e-9,
-        weight_decay=0.0,
-        max_grad_norm=0.0,
-        label_smoothing_factor=LABEL_SMOOTHING,
+        **PAPER_OPTIMIZER,
         save_strategy="no",
         eval_strategy="no",
         logging_strategy="no",

@@ -21,7 +21,7 @@ import ast
 import difflib
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -132,28 +132,29 @@ def _check_training_values(options: dict[str, str], recipe: Path | None, command
         raise UsageError(
             f"{where('output_dir')}--output_dir is empty: give the folder the run writes (e.g. outputs/toy)"
         )
-    steps = options.get("max_steps")
-    if steps is not None:
-        try:
-            number = int(steps)
-        except ValueError:
-            raise UsageError(f"{where('max_steps')}--max_steps {steps}: not an integer ({steps!r})") from None
-        if number == 0 or number < -1:
-            raise UsageError(
-                f"{where('max_steps')}--max_steps {steps}: must be 1 or more (or -1 for --num_train_epochs); 0 steps "
-                "train no model"
-            )
-    rate = options.get("learning_rate")
-    if rate is not None:
-        try:
-            value = float(rate)
-        except ValueError:
-            raise UsageError(f"{where('learning_rate')}--learning_rate {rate}: not a number ({rate!r})") from None
-        if not math.isfinite(value) or value < 0:
-            raise UsageError(
-                f"{where('learning_rate')}--learning_rate {rate}: must be a finite number >= 0 (0, the default, is "
-                "the paper's schedule peak)"
-            )
+    steps = _option_number(options, "max_steps", int, where)
+    if steps is not None and (steps == 0 or steps < -1):
+        raise UsageError(
+            f"{where('max_steps')}--max_steps {steps}: must be 1 or more (or -1 for --num_train_epochs); 0 steps "
+            "train no model"
+        )
+    rate = _option_number(options, "learning_rate", float, where)
+    if rate is not None and (not math.isfinite(rate) or rate < 0):
+        raise UsageError(
+            f"{where('learning_rate')}--learning_rate {options['learning_rate']}: must be a finite number >= 0 (0, "
+            "the default, is the paper's schedule peak)"
+        )
+
+
+def _option_number(options: dict[str, str], name: str, kind: type, where: Callable[[str], str]) -> float | None:
+    """options[name] as `kind` (int or float), None when not given; a UsageError when it is not such a number."""
+    if name not in options:
+        return None
+    try:
+        return kind(options[name])
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise UsageError(f"{where(name)}--{name} {options[name]}: not {what} ({options[name]!r})") from None
 
 
 def preflight_train(argv: Sequence[str]) -> TrainRequest:

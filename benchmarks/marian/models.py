@@ -28,6 +28,15 @@ logger = logging.getLogger("compare_marian")
 
 PARITY_TOLERANCE = 1e-4
 LABEL_SMOOTHING = 0.1  # the paper's epsilon_ls (§5.4): the objective both models train on
+# The paper's optimizer (§5.3) and regularization (§5.4) as Seq2SeqTrainingArguments, for every model measured alike.
+PAPER_OPTIMIZER = dict(
+    adam_beta1=0.9,
+    adam_beta2=0.98,
+    adam_epsilon=1e-9,
+    weight_decay=0.0,
+    max_grad_norm=0.0,
+    label_smoothing_factor=LABEL_SMOOTHING,
+)
 
 
 # ---- data -----------------------------------------------------------------------------------------------------------
@@ -247,12 +256,7 @@ def trainer_arguments(cls, args, output_dir, **overrides):
         learning_rate=1e-4,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        adam_beta1=0.9,
-        adam_beta2=0.98,
-        adam_epsilon=1e-9,
-        weight_decay=0.0,
-        max_grad_norm=0.0,
-        label_smoothing_factor=LABEL_SMOOTHING,
+        **PAPER_OPTIMIZER,
         predict_with_generate=False,
     )
     if cls is VaswaniTrainingArguments:
