@@ -3,6 +3,7 @@ are NaN or infinite, a tokenizer that is not the model's, a config of another mo
 reached ends `vaswani-push` in one line naming the host (training/usage.py, training/serving/push.py)."""
 
 import json
+import os
 import shutil
 import socket
 
@@ -204,3 +205,57 @@ def test_a_dns_failure_names_the_host(monkeypatch):
     message = push.network_problem(error)
     assert message.startswith("cannot reach the Hub at hub.invalid (its name does not resolve"), message
     assert push.network_problem(ValueError("a 404 from the Hub")) is None
+
+
+def test_push_to_hub_training_against_an_unreachable_hub_is_one_line(tmp_path):
+    """The Trainer creates the Hub repository when it is built; a Hub that cannot be reached then is one line."""
+    import subprocess
+    import sys
+
+    port = _closed_port()
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_TOKEN": "hf_not_a_real_token"}
+    env.pop("HF_HUB_OFFLINE", None)
+    args = ["--preset", "tiny", "--vocab_size", "300", "--toy_num_train", "50", "--max_steps", "1", "--report_to"]
+    args += ["none", "--save_strategy", "no", "--toy_num_validation", "5", "--toy_num_test", "5"]
+    args += ["--push_to_hub", "True", "--hub_model_id", "someone/model", "--output_dir", str(tmp_path / "run")]
+    completed = subprocess.run(
+        [sys.executable, "-m", "hf_vaswani_training.train", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    lines = completed.stderr.strip().splitlines()
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert lines[-1].startswith("vaswani-train: error: --push_to_hub: cannot reach the Hub at 127.0.0.1:"), lines[-1]
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_pickled_weights_file_that_would_run_code_is_refused_before_torch_loads_it(tmp_path):
+    """torch's weights_only loader refuses such a file too, but with a traceback; here it is one line naming it,
+    read from the pickle's opcodes without running it. A real torch.save state dict passes the same reading."""
+    import pickle
+    import subprocess
+    import sys
+
+    import torch
+
+    from hf_vaswani_training import usage
+
+    state = {"weight": torch.arange(6.0).reshape(2, 3), "step": torch.tensor(3)}
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    assert usage.pickle_problem(tmp_path / "pytorch_model.bin") is None
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"model_type": "vaswani"}')
+    (bad / "tokenizer.json").write_text("{}")
+    (bad / "pytorch_model.bin").write_bytes(pickle.dumps({"weight": Payload()}))
+    completed = subprocess.run(
+        [sys.executable, "-m", "hf_vaswani_training.translate", str(bad), "A ."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+    assert f"{bad / 'pytorch_model.bin'}: refused: the pickle would call" in completed.stderr
+    assert "system" in completed.stderr and not (tmp_path / "ran").exists()

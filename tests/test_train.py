@@ -264,7 +264,7 @@ def test_every_shipped_recipe_parses_and_names_a_preset(recipe):
 def test_cpu_launch_of_several_processes_fails_loudly(monkeypatch):
     """`accelerate launch --cpu --num_processes 2` starts one process (`--num_machines 2` one per machine, unconnected);
     the script says so instead of training alone."""
-    from hf_vaswani_training.recipe.train import check_launch
+    from hf_vaswani_training.recipe.launch import check_launch
     from hf_vaswani_training.usage import UsageError
 
     launcher = ["accelerate", "launch", "--cpu", "--num_processes", "2", "-m", "training.train"]

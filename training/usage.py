@@ -161,6 +161,44 @@ def check_safetensors(path: Path) -> None:
     raise UsageError(problem)
 
 
+# What a pickled PyTorch state dict may name (torch.load(weights_only=True) allows these and a few more): tensors,
+# storages and the containers they come in. Anything else can run code when unpickled.
+_SAFE_PICKLE_MODULES = ("torch", "collections", "builtins", "_codecs", "numpy.core.multiarray", "numpy")
+_PICKLE_STRINGS = ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING")
+
+
+def pickle_problem(path: Path) -> str | None:
+    """Why the pickled weights in `path` would be refused by torch's weights_only loader (a callable other than
+    tensors' and containers', e.g. os.system), or None. Reads the pickle's opcodes with the standard library, without
+    running it, so the answer is one line before torch loads instead of torch's UnpicklingError traceback."""
+    import pickletools
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):  # torch.save's format: ARCHIVE/data.pkl beside the tensor data
+            with zipfile.ZipFile(path) as archive:
+                name = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                data = archive.read(name) if name else b""
+        else:
+            data = path.read_bytes()
+        strings: list[str] = []
+        for opcode, argument, _ in pickletools.genops(data):
+            if opcode.name in _PICKLE_STRINGS:
+                strings.append(str(argument))
+            elif opcode.name in ("GLOBAL", "INST", "STACK_GLOBAL"):
+                module, name = argument.split(" ", 1) if opcode.name != "STACK_GLOBAL" else strings[-2:]
+                if module.split(".")[0] not in {m.split(".")[0] for m in _SAFE_PICKLE_MODULES} or (
+                    module == "builtins" and name not in ("set", "frozenset", "dict", "list", "tuple", "bytearray")
+                ):
+                    return (
+                        f"{path}: refused: the pickle would call {module}.{name} when loaded, which can run any code; "
+                        "use the model's model.safetensors, or convert this file on a machine you trust"
+                    )
+    except (OSError, ValueError, IndexError, KeyError, zipfile.BadZipFile) as error:
+        return f"{path}: not a readable PyTorch weights file ({type(error).__name__}); save the model again"
+    return None
+
+
 def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_tokenizer: bool = False) -> None:
     """Check a model given as `value` by `option` ("MODEL_DIR", "--model_name_or_path"): a local folder must hold
     config.json (valid JSON), whole weights and, with `needs_tokenizer`, tokenizer files. A string that is not a
@@ -192,6 +230,10 @@ def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_
         raise UsageError(f"{option} {value}: the folder has no weights ({', '.join(WEIGHT_FILES[:2])}, ...)")
     if weights[0] == "model.safetensors":
         check_safetensors(path / "model.safetensors")
+    elif weights[0] == "pytorch_model.bin":
+        problem = pickle_problem(path / "pytorch_model.bin")
+        if problem is not None:
+            raise UsageError(problem)
     if needs_tokenizer and not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise UsageError(
             f"{option} {value}: the folder has no tokenizer (tokenizer.json); save the tokenizer with the model "

@@ -39,6 +39,7 @@ from ..data.cache import (
 from ..data.corpora import load_parallel_data
 from ..data.tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
 from ..serving.decoding import translate
+from ..serving.push import network_problem
 from ..usage import (
     TrainRequest,
     UsageError,
@@ -64,6 +65,7 @@ from .checkpoints import (
     write_upload_ignore,
 )
 from .console import configure_logging, print_summary
+from .launch import check_launch
 from .model_card import write_model_card
 from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
 from .schedule import peak_learning_rate
@@ -264,55 +266,6 @@ def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
 # ---- launch ---------------------------------------------------------------------------------------------------------
 
 
-def check_launch(parent_cmdline: list[str] | None = None) -> None:
-    """Refuse an `accelerate launch` that asked for several processes or machines but started this one alone.
-
-    Without `--multi_gpu` (on a machine with fewer than 2 GPUs, or with `--cpu`), Accelerate goes to its simple
-    launcher, which runs the script once per machine as a world of one (several CPU processes need mpirun and a
-    hostfile): `--num_processes N` starts ONE process and says nothing, and `--num_machines M` starts one per machine,
-    M runs that share no gradients and write the same output folder. The requested counts reach the script neither
-    as WORLD_SIZE nor in any ACCELERATE_* variable, so they are read from the launcher's command line, the parent
-    process (Linux /proc). The form that works, on CPUs too, is `--multi_gpu`: torchrun starts the processes, across
-    machines with --num_machines/--machine_rank/--main_process_ip, on the gloo backend where there is no GPU.
-    """
-    # Only the simple launcher sets ACCELERATE_USE_CPU (True or False); torchrun sets WORLD_SIZE, mpirun its own.
-    world_size_variables = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-    if "ACCELERATE_USE_CPU" not in os.environ or any(name in os.environ for name in world_size_variables):
-        return
-    if parent_cmdline is None:
-        try:
-            raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
-        except OSError:
-            return  # not Linux: nothing to read, nothing to check
-        parent_cmdline = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-    def requested(option: str) -> int:
-        value = None
-        for index, part in enumerate(parent_cmdline):
-            for flag in (f"--{option}", f"--{option.replace('_', '-')}"):
-                if part == flag and index + 1 < len(parent_cmdline):
-                    value = parent_cmdline[index + 1]
-                elif part.startswith(flag + "="):
-                    value = part.split("=", 1)[1]
-        return int(value) if value is not None and value.isdigit() else 1
-
-    launcher = "accelerate launch --cpu" if "--cpu" in parent_cmdline else "accelerate launch"
-    processes, machines = requested("num_processes"), requested("num_machines")
-    if machines > 1:
-        raise UsageError(
-            f"{launcher} --num_machines {machines} starts one separate process on each machine (a world of one: they "
-            "share no gradients and write the same output folder); use `accelerate launch --multi_gpu --num_machines "
-            f"{machines} --machine_rank R --main_process_ip HOST0 --main_process_port PORT --num_processes "
-            f"{max(processes, machines)} ...` on machine R instead, which trains with DDP across them (gloo on CPUs)"
-        )
-    if processes > 1:
-        raise UsageError(
-            f"{launcher} --num_processes {processes} starts only 1 process (without --multi_gpu Accelerate runs the "
-            f"script once here); use `accelerate launch --multi_gpu --num_processes {processes} ...` instead, which "
-            "runs that many CPU processes (gloo) on a machine without GPUs, or drop --num_processes"
-        )
-
-
 # ---- data -----------------------------------------------------------------------------------------------------------
 
 
@@ -494,29 +447,14 @@ def train_model(
     model, data: PreparedData, training_args: VaswaniTrainingArguments, metric, resume: str | None
 ) -> tuple[VaswaniTrainer, RunResults]:
     """Train (or resume), make sure the last step is a checkpoint, and return the trainer and the figures."""
-    tokenizer = data.tokenizer
     budget = TimeBudgetCallback(training_args.max_train_minutes) if training_args.max_train_minutes else None
     # Read before training, as rotation may delete the checkpoint; one that is incomplete, trainer.train refuses.
     readable = resume is not None and checkpoint_problem(resume) is None
     clock = TrainingClock.from_checkpoint(resume if readable else None)  # the minutes of the segments before
     resumed_at = checkpoint_step(resume) if readable else None
     callbacks = [clock, *([budget] if budget else [])]
-    trainer = VaswaniTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=data.tokenized["train"],
-        eval_dataset=data.tokenized.get("validation"),
-        processing_class=tokenizer,
-        data_collator=make_data_collator(
-            tokenizer, model, pad_to_multiple_of=8 if training_args.device.type != "cpu" else None
-        ),
-        # Evaluation decodes through decoding.translate_ids with --eval_max_tokens batches, as the final
-        # evaluation does; compute_metrics scores the stock generate loop where that cannot run (ZeRO-3, FSDP).
-        translation_metric=metric,
-        compute_metrics=make_compute_metrics(tokenizer, metric),
-        callbacks=callbacks,
-        max_tokens=training_args.max_tokens,
-    )
+    with hub_errors_as_usage(training_args):  # --push_to_hub: the Trainer creates the Hub repository here
+        trainer = make_trainer(model, data, training_args, metric, callbacks)
     train_result = trainer.train(resume_from_checkpoint=resume)
     seconds = clock.seconds
     # The last step is always a checkpoint, so averaging includes the final weights.
@@ -537,6 +475,39 @@ def train_model(
         resumed_from_step=resumed_at,
     )
     return trainer, results
+
+
+def make_trainer(model, data: PreparedData, training_args, metric, callbacks) -> VaswaniTrainer:
+    """The recipe's VaswaniTrainer for `model` on the prepared data."""
+    tokenizer = data.tokenizer
+    return VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=data.tokenized["train"],
+        eval_dataset=data.tokenized.get("validation"),
+        processing_class=tokenizer,
+        data_collator=make_data_collator(
+            tokenizer, model, pad_to_multiple_of=8 if training_args.device.type != "cpu" else None
+        ),
+        # Evaluation decodes through decoding.translate_ids with --eval_max_tokens batches, as the final
+        # evaluation does; compute_metrics scores the stock generate loop where that cannot run (ZeRO-3, FSDP).
+        translation_metric=metric,
+        compute_metrics=make_compute_metrics(tokenizer, metric),
+        callbacks=callbacks,
+        max_tokens=training_args.max_tokens,
+    )
+
+
+@contextlib.contextmanager
+def hub_errors_as_usage(training_args):
+    """A Hub that cannot be reached while --push_to_hub sets up its repository is one line naming the host."""
+    try:
+        yield
+    except Exception as error:
+        problem = network_problem(error) if training_args.push_to_hub else None
+        if problem is None:
+            raise
+        raise UsageError(f"--push_to_hub: {problem}; nothing was trained") from None
 
 
 def stopped_early(steps: int, planned: int, budget: TimeBudgetCallback | None) -> str | None:
