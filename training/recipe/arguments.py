@@ -211,7 +211,7 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         the CPU. A GPU asked for bf16 that has none is refused here, in one line, before any work."""
         on_gpu = torch.cuda.is_available() and not self.use_cpu
         gpu_bf16 = on_gpu and torch.cuda.is_bf16_supported(including_emulation=False)
-        if self.fp16 and (self.use_cpu or not torch.accelerator.is_available()):
+        if self.fp16 and not on_gpu and (self.use_cpu or not torch.accelerator.is_available()):
             # The stock Trainer would train in float32 and say nothing; fp16 with loss scaling is an accelerator path.
             raise UsageError(
                 "--fp16 True: there is no GPU here (fp16 with loss scaling runs on an accelerator); train in float32 "
