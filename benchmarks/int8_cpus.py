@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     import sacrebleu
     from transformers import AutoTokenizer
 
+    import hf_vaswani  # noqa: F401  (registers the model type: the tokenizer loads its config without a prompt)
     from hf_vaswani_training.data.toy_corpus import SOURCE_LANG, TARGET_LANG, generate_corpus
     from hf_vaswani_training.serving.ctranslate2_export import convert_to_ctranslate2
 
