@@ -124,7 +124,7 @@ def ctranslate2_ids(translator, sentences, batch_size: int, **kwargs) -> tuple[l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", required=True, help="a model folder written by training.recipe.train")
+    parser.add_argument("--model-dir", required=True, help="a model folder written by vaswani-train")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     parser.add_argument("--source-lang", default="de")
     parser.add_argument("--target-lang", default="en")
