@@ -7,6 +7,7 @@
     schedule.py            §5.3, the warm-up and inverse-square-root ("Noam") learning rate
     checkpoints.py         what a complete checkpoint is, where it lives (OUTPUT/checkpoints/), writing and
                            deleting folders atomically, the output folder's lock
+    launch.py              accelerate launch forms that would start unconnected runs, refused (several machines)
     console.py             what a run prints: our progress (library INFO only with --verbose), the summary
     average_checkpoints.py vaswani-average: the mean of the last N checkpoints (§6.1)
     metrics/               sacreBLEU and chrF, as an `evaluate` metric
