@@ -1,6 +1,6 @@
 """Evaluation during training: the stock predict_with_generate loop against decoding through translate_ids.
 
-    python benchmarks/eval_speed.py --model_dir outputs/multi30k-de-en [--data_dir ../shared/data/multi30k]
+    python -m benchmarks.eval_speed --model_dir outputs/multi30k-de-en [--data_dir ../shared/data/multi30k]
 
 Both evaluations run through VaswaniTrainer.evaluate() on the same model and the same tokenized validation split:
 "stock" is what evaluation did before (Seq2SeqTrainer's prediction_step, --per_device_eval_batch_size sentences

@@ -24,7 +24,7 @@ from hf_vaswani_training.data.tokenizer import train_joint_bpe
 from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
 from hf_vaswani_training.recipe.trainer import VaswaniTrainer
 
-logger = logging.getLogger("compare_marian")
+logger = logging.getLogger("speed_vs_marian")
 
 PARITY_TOLERANCE = 1e-4
 LABEL_SMOOTHING = 0.1  # the paper's epsilon_ls (§5.4): the objective both models train on

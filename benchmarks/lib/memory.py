@@ -19,11 +19,11 @@ from transformers import PreTrainedTokenizerFast
 from hf_vaswani import VaswaniForConditionalGeneration
 
 from .decoding import generation_config
-from .harness import SCRIPT, configure_threads, parse_args
-from .models import marian_from_ours
+from .harness import REPO_ROOT, SCRIPT_MODULE, configure_threads, parse_args
+from .model_pairs import marian_from_ours
 from .training_step import training_step
 
-logger = logging.getLogger("compare_marian")
+logger = logging.getLogger("speed_vs_marian")
 
 
 def _rss_kib() -> tuple[int | None, int | None]:
@@ -122,7 +122,8 @@ def bench_memory(args, model_dir, inputs_file, tasks) -> dict:
                 "task": task,
             }
             completed = subprocess.run(
-                [sys.executable, str(SCRIPT), "--probe", json.dumps(spec)],
+                [sys.executable, "-m", SCRIPT_MODULE, "--probe", json.dumps(spec)],
+                cwd=REPO_ROOT,
                 capture_output=True,
                 text=True,
                 env={**os.environ, "PYTHONWARNINGS": "ignore"},

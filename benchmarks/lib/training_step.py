@@ -9,7 +9,7 @@ import torch
 
 from .harness import Stopwatch, interleaved, synchronize
 from .mfu import training_flops
-from .models import LABEL_SMOOTHING
+from .model_pairs import LABEL_SMOOTHING
 
 
 def autocast(args):

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """hf_vaswani against `transformers.MarianMTModel`: the same architecture, the same weights, one run, one machine.
 
-    python benchmarks/compare_marian.py --threads 1        # full run, about 7 minutes on one shared CPU core
-    python benchmarks/compare_marian.py --quick            # smoke run, about 1.5 minutes (after the first run)
-    python benchmarks/compare_marian.py --device cuda      # bf16 with sdpa on a GPU
-    python benchmarks/compare_marian.py --profile DIR      # torch.profiler top ops of both models instead
+    python -m benchmarks.speed_vs_marian --threads 1        # full run, about 7 minutes on one shared CPU core
+    python -m benchmarks.speed_vs_marian --quick            # smoke run, about 1.5 minutes (after the first run)
+    python -m benchmarks.speed_vs_marian --device cuda      # bf16 with sdpa on a GPU
+    python -m benchmarks.speed_vs_marian --profile DIR      # torch.profiler top ops of both models instead
 
 A benchmark, not a test: it prints measured numbers and writes them to JSON (`--output`, by default
-`benchmarks/results/compare_marian-<device>.json`); it asserts nothing about time. The one hard check is
+`benchmarks/results/speed_vs_marian-<device>.json`); it asserts nothing about time. The one hard check is
 correctness: both models must produce the same logits from the same weights before anything is timed.
 
 The two models:
@@ -43,7 +43,7 @@ Measured, each as the median of `--repeats` runs with ours and Marian interleave
    measured in the same run with the same threads (square `torch.mm`).
 
 This file is the recipe: which measure runs when, on which copies of the models. The harness (command line,
-timing, interleaved repeats, report, JSON) and each measure live in benchmarks/marian/.
+timing, interleaved repeats, report, JSON) and each measure live in benchmarks/lib/.
 """
 
 from __future__ import annotations
@@ -52,23 +52,18 @@ import copy
 import gc
 import json
 import logging
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
+import transformers
+from transformers import DataCollatorForSeq2Seq
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from transformers import DataCollatorForSeq2Seq  # noqa: E402
-
-import hf_vaswani  # noqa: E402
-from benchmarks.marian.decoding import bench_generation, generation_batches  # noqa: E402
-from benchmarks.marian.harness import (  # noqa: E402
+import hf_vaswani
+from benchmarks.lib.decoding import bench_generation, generation_batches
+from benchmarks.lib.harness import (
     configure_threads,
     cpu_name,
     loadavg,
@@ -76,9 +71,9 @@ from benchmarks.marian.harness import (  # noqa: E402
     warn_if_crowded,
     write_results,
 )
-from benchmarks.marian.memory import bench_memory, run_probe  # noqa: E402
-from benchmarks.marian.mfu import matmul_peak  # noqa: E402
-from benchmarks.marian.models import (  # noqa: E402
+from benchmarks.lib.memory import bench_memory, run_probe
+from benchmarks.lib.mfu import matmul_peak
+from benchmarks.lib.model_pairs import (
     PARITY_TOLERANCE,
     count_parameters,
     features,
@@ -88,11 +83,11 @@ from benchmarks.marian.models import (  # noqa: E402
     token_batches,
     warm_model,
 )
-from benchmarks.marian.pipeline import bench_pipeline  # noqa: E402
-from benchmarks.marian.profiling import profile_models  # noqa: E402
-from benchmarks.marian.training_step import bench_training  # noqa: E402
+from benchmarks.lib.pipeline import bench_pipeline
+from benchmarks.lib.profiling import profile_models
+from benchmarks.lib.training_step import bench_training
 
-logger = logging.getLogger("compare_marian")
+logger = logging.getLogger("speed_vs_marian")
 
 
 def main(argv=None) -> dict:

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Serving speed and agreement: this project's generate() against MarianMTModel and CTranslate2, one run.
 
-    python benchmarks/serving.py --model-dir outputs/multi30k-de-en --threads 2
-    python benchmarks/serving.py --model-dir DIR --limit 200 --splits test     # a quick look
+    python -m benchmarks.serving_speed --model-dir outputs/multi30k-de-en --threads 2
+    python -m benchmarks.serving_speed --model-dir DIR --limit 200 --splits test     # a quick look
 
 A benchmark, not a test: it prints measured numbers (and writes them to `--output` as JSON) and asserts nothing
 about time. Same weights in every engine: the model folder, its conversions through
 `hf_vaswani_training.serving.ctranslate2_export` (CTranslate2's converter with this project's loader; float32 and int8), and
-a `transformers.MarianMTModel` holding copies of them (`benchmarks/marian/models.marian_from_ours`: the same
+a `transformers.MarianMTModel` holding copies of them (`benchmarks/lib/model_pairs.marian_from_ours`: the same
 function, the §3.5 table given to Marian; `--no-marian` skips it). Data: Multi30K
 (`--data-dir`, default ../shared/data/multi30k or $MULTI30K_DIR), read by path: test_2016_flickr and val, de->en.
 
@@ -43,8 +43,6 @@ import sacrebleu
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.append(str(REPO_ROOT))  # for benchmarks.marian; last, so PYTHONPATH can point hf_vaswani at another tree
 DEFAULT_DATA_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
 SPLIT_FILES = {"test": "test_2016_flickr", "validation": "val"}
 OFFSET = 50  # §6.1: outputs at most source length + 50
@@ -157,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     engines = {"torch": model}
     if not args.no_marian:
-        from benchmarks.marian.models import marian_from_ours
+        from benchmarks.lib.model_pairs import marian_from_ours
 
         with torch.no_grad():
             engines["marian"] = marian_from_ours(model).eval()

@@ -9,7 +9,7 @@ Training, for the `base` and `big` presets (vocabulary 37,000) on WMT14-shaped t
 of benchmarks/data_scale.py (or `--data_dir`, text pairs as training reads them), a joint BPE trained on it, and
 `TokenBatchSampler` batches of `--max_tokens`. Each run takes warm-up steps, then timed steps until its share of
 the time budget is spent, and reports target and all (source + target) real tokens per second, the median step
-time and its spread, peak GPU memory and MFU: the model FLOPs of the timed steps (benchmarks/marian/mfu.py's count,
+time and its spread, peak GPU memory and MFU: the model FLOPs of the timed steps (benchmarks/lib/mfu.py's count,
 padding excluded) over (a) the bf16 matrix-product peak measured in this run (one large `torch.mm`) and (b) the
 datasheet peak of `torch.cuda.get_device_name()`. The paths, on the same batches:
 
@@ -63,8 +63,8 @@ from transformers import (  # noqa: E402
 )
 
 import hf_vaswani  # noqa: E402
-from benchmarks.data_scale import write_corpus  # noqa: E402
-from benchmarks.gpu_report import (  # noqa: E402
+from benchmarks.lib.corpus import write_corpus  # noqa: E402
+from benchmarks.lib.machine import (  # noqa: E402
     StepClock,
     datasheet_peak,
     device_name,
@@ -75,8 +75,8 @@ from benchmarks.gpu_report import (  # noqa: E402
     synchronize,
     write,
 )
-from benchmarks.marian.mfu import training_flops  # noqa: E402
-from benchmarks.marian.models import LABEL_SMOOTHING, PAPER_OPTIMIZER  # noqa: E402
+from benchmarks.lib.mfu import training_flops  # noqa: E402
+from benchmarks.lib.model_pairs import LABEL_SMOOTHING, PAPER_OPTIMIZER  # noqa: E402
 
 logger = logging.getLogger("gpu_benchmark")
 
@@ -340,7 +340,7 @@ class _BatchRows:
 
 def run_marian(preset, data, args, precision, compile_model, budget_s) -> dict:
     """MarianMTModel configured alike under the stock Seq2SeqTrainer, on the same batches in the same order."""
-    from benchmarks.marian.models import marian_config
+    from benchmarks.lib.model_pairs import marian_config
 
     ours = vaswani_model(preset, data, args, vocab_size=args.model_vocab)
     config = ours.config
@@ -568,7 +568,7 @@ def run_row(row, data, dataset, args, budget_s) -> dict:
 
 
 def prepare_decoding(data, args) -> None:
-    from benchmarks.marian.models import marian_from_ours
+    from benchmarks.lib.model_pairs import marian_from_ours
 
     if args.model_dir is not None:
         ours = hf_vaswani.VaswaniForConditionalGeneration.from_pretrained(args.model_dir, attn_implementation="sdpa")

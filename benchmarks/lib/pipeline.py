@@ -19,7 +19,7 @@ from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
 from hf_vaswani_training.recipe.trainer import VaswaniTrainer
 
 from .harness import Stopwatch, interleaved
-from .models import make_dataset, token_batches, trainer_arguments
+from .model_pairs import make_dataset, token_batches, trainer_arguments
 
 
 class CountingCollator:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """int8 against float32 under each instruction set CTranslate2's kernels can be forced to (issue 21).
 
-    python benchmarks/int8_cpus.py --model-dir outputs/toy [--limit 500] [--threads 1]
+    python -m benchmarks.int8_agreement --model-dir outputs/toy [--limit 500] [--threads 1]
 
 A benchmark, not a test: it prints measured numbers. The model folder is converted twice (float32, int8); generate()
 decodes the toy corpus' test split (greedy, and beam 4 with the rules CTranslate2 expresses: Hugging Face length
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 MAX_NEW_TOKENS = 64
 
@@ -119,9 +121,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label:<52} | {' | '.join(cells)} |", flush=True)
 
     def worker(model_dir: Path, compute_type: str = "default", **env: str) -> dict[str, list]:
-        command = [sys.executable, __file__, "--model-dir", args.model_dir, "--threads", str(args.threads)]
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.int8_agreement",
+            "--model-dir",
+            args.model_dir,
+            "--threads",
+            str(args.threads),
+        ]
         command += ["--worker", str(model_dir), str(sentences_path), compute_type]
-        result = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            command, env={**os.environ, **env}, capture_output=True, text=True, check=True, cwd=REPO_ROOT
+        )
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     print(f"CPU: {cpu_name()}; VNNI: {sorted(flags & {'avx512_vnni', 'avx_vnni'}) or 'none'}; {len(sentences)} test")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-logger = logging.getLogger("compare_marian")
+logger = logging.getLogger("speed_vs_marian")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "benchmarks" / "compare_marian.py"
+SCRIPT_MODULE = "benchmarks.speed_vs_marian"
 DEFAULT_DATA_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 TARGETS = {  # ours / Marian, from the issue
@@ -90,7 +90,7 @@ def parse_args(argv=None, description: str | None = None) -> argparse.Namespace:
     if quick:
         args.skip |= {"memory-generation"}
     if args.output is None:
-        args.output = RESULTS_DIR / f"compare_marian-{args.device.type}{'-quick' if quick else ''}.json"
+        args.output = RESULTS_DIR / f"speed_vs_marian-{args.device.type}{'-quick' if quick else ''}.json"
     return args
 
 

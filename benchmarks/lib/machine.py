@@ -42,7 +42,7 @@ def synchronize(device: torch.device) -> None:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from benchmarks.marian.harness import cpu_name
+    from benchmarks.lib.harness import cpu_name
 
     return f"CPU: {cpu_name()} ({torch.get_num_threads()} threads)"
 
@@ -56,8 +56,8 @@ def datasheet_peak(name: str) -> tuple[float | None, str]:
 
 
 def measured_matmul_peak(device: torch.device, dtype: torch.dtype, tiny: bool) -> float:
-    """Achievable FLOP/s of one large square `torch.mm` in `dtype` (benchmarks/marian/mfu.py's measure)."""
-    from benchmarks.marian.mfu import matmul_peak
+    """Achievable FLOP/s of one large square `torch.mm` in `dtype` (benchmarks/lib/mfu.py's measure)."""
+    from benchmarks.lib.mfu import matmul_peak
 
     return matmul_peak(types.SimpleNamespace(device=device, torch_dtype=dtype), seconds=0.3 if tiny else 1.5)
 
