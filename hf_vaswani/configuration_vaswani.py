@@ -19,6 +19,9 @@ if not SpecifierSet(SUPPORTED_TRANSFORMERS).contains(transformers.__version__, p
 
 from transformers.configuration_utils import PreTrainedConfig  # noqa: E402
 
+# torch.nn.attention's names of the scaled-dot-product backends (VaswaniConfig.sdpa_backends).
+SDPA_BACKEND_NAMES = ("flash", "mem_efficient", "math", "cudnn")
+
 
 class VaswaniConfig(PreTrainedConfig):
     r"""
@@ -51,6 +54,11 @@ class VaswaniConfig(PreTrainedConfig):
         init_std: standard deviation of the token-embedding initialisation; `None` means d_model**-0.5, the
             tensor2tensor value the paper was trained with.
         tie_word_embeddings: share one matrix between encoder input, decoder input and pre-softmax projection.
+        sdpa_backends: the scaled-dot-product attention backends PyTorch may choose from on a CUDA GPU, in torch's
+            names ("flash", "mem_efficient", "math", "cudnn"); `None` leaves the choice to PyTorch. Not a model
+            hyperparameter and not in the paper: the default leaves out cuDNN attention, which on Hopper GPUs builds an
+            execution plan for every new (batch, length) shape (modeling_vaswani.sdpa_backends_for). Applied only
+            with `attn_implementation="sdpa"` and on CUDA tensors; the CPU keeps PyTorch's choice.
     """
 
     model_type = "vaswani"
@@ -89,6 +97,7 @@ class VaswaniConfig(PreTrainedConfig):
         pad_token_id: int | None = 1,
         eos_token_id: int | list[int] | None = 2,
         decoder_start_token_id: int | None = 0,
+        sdpa_backends: list[str] | None = ("flash", "mem_efficient", "math"),
         **kwargs,
     ):
         # A plain __init__, not dataclass fields under @strict: the one form every 5.x release accepts. 5.0-5.2
@@ -111,6 +120,7 @@ class VaswaniConfig(PreTrainedConfig):
         self.normalize_before = normalize_before
         self.init_std = init_std
         self.use_cache = use_cache
+        self.sdpa_backends = None if sdpa_backends is None else list(sdpa_backends)
         # Checked before the base class runs, so that an invalid value is a plain ValueError naming the field.
         self._check_values(bos_token_id, pad_token_id, eos_token_id, decoder_start_token_id)
         super().__init__(
@@ -156,6 +166,13 @@ class VaswaniConfig(PreTrainedConfig):
             raise ValueError(f"VaswaniConfig: layer_norm_eps={self.layer_norm_eps} must be positive")
         if self.init_std is not None and self.init_std <= 0:
             raise ValueError(f"VaswaniConfig: init_std={self.init_std} must be positive (or None for d_model**-0.5)")
+        if self.sdpa_backends is not None:
+            unknown = [name for name in self.sdpa_backends if name not in SDPA_BACKEND_NAMES]
+            if unknown or not self.sdpa_backends:
+                raise ValueError(
+                    f"VaswaniConfig: sdpa_backends={self.sdpa_backends!r} must be a non-empty list of "
+                    f"{', '.join(SDPA_BACKEND_NAMES)} (or None for PyTorch's own choice)"
+                )
         # Imported lazily: the activation table is only needed for this check.
         from transformers.activations import ACT2FN
 

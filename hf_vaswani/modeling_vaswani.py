@@ -7,11 +7,13 @@ machine that never installed hf_vaswani.
 Where this code differs from the paper or from `modeling_marian.py`, a comment says so at that line.
 """
 
+import contextlib
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -155,6 +157,39 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+# The config's names of PyTorch's scaled-dot-product backends (VaswaniConfig.sdpa_backends), torch's own spelling.
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "mem_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+# The device types on which `sdpa_backends` is applied. Not the CPU: there the choice is PyTorch's own, as before.
+SDPA_BACKEND_DEVICES = ("cuda",)
+
+
+def sdpa_backends_for(config: VaswaniConfig, device: torch.device) -> list[SDPBackend] | None:
+    """The backends `scaled_dot_product_attention` may use for this model on `device`, or None for PyTorch's choice.
+
+    Not in Marian. On Hopper GPUs PyTorch prefers cuDNN attention, which builds an execution plan for every new
+    (batch, length) shape: with token batching nearly every step is a new shape, and with beam search dropping rows
+    nearly every decoder step. The default, `config.sdpa_backends = ["flash", "mem_efficient", "math"]`, leaves it
+    out; PyTorch then runs flash attention where no mask is passed (decoder self-attention) and memory-efficient
+    attention where a padding mask is (encoder self-attention, encoder-decoder attention). None gives cuDNN back.
+    """
+    names = getattr(config, "sdpa_backends", None)
+    if names is None or config._attn_implementation != "sdpa" or device.type not in SDPA_BACKEND_DEVICES:
+        return None
+    return [SDPA_BACKENDS[name] for name in names]
+
+
+def sdpa_backends_context(config: VaswaniConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """`torch.nn.attention.sdpa_kernel` with `sdpa_backends_for(config, device)`; no context at all where that is
+    None (the CPU). torch.compile traces the context manager into the graph (dynamo's SDPAKernelVariable)."""
+    backends = sdpa_backends_for(config, device)
+    return contextlib.nullcontext() if backends is None else sdpa_kernel(backends)
+
+
 class VaswaniAttention(nn.Module):
     """Multi-head attention, §3.2.2: one class for encoder self-attention, masked decoder self-attention and
     encoder-decoder attention (queries from the decoder, keys and values from the encoder output, §3.2.3)."""
@@ -214,16 +249,17 @@ class VaswaniAttention(nn.Module):
         attention_interface: Callable = get_attention_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        with sdpa_backends_context(self.config, query_states.device):  # no cuDNN attention on a GPU, see above
+            attn_output, attn_weights = attention_interface(
+                self,
+                query_states,
+                key_states,
+                value_states,
+                attention_mask,
+                dropout=self.attention_dropout if self.training else 0.0,
+                scaling=self.scaling,
+                **kwargs,
+            )
         # Concat(head_1, ..., head_h) W^O
         attn_output = attn_output.reshape(batch_size, query_length, -1).contiguous()  # (B, T, d_model)
         attn_output = self.out_proj(attn_output)
