@@ -7,17 +7,11 @@ a linear warm-up for `warmup_steps` (the paper: 4000), then decay with the inver
 The recipe runs it on the stock tools: transformers' `inverse_sqrt` scheduler (the default `--lr_scheduler_type`)
 multiplies the peak rate by step/warmup during the warm-up and by sqrt(warmup/step) after it, which is the formula
 above once the peak is `peak_learning_rate(d_model, warmup_steps)`. `--learning_rate 0` (the default) asks for that
-peak; any other value scales the same shape. tests/test_schedule.py holds the Trainer's rates against `noam_rate`.
+peak; any other value scales the same shape. `test_learning_rate_follows_the_papers_schedule` in
+tests/test_train.py holds the Trainer's logged rates against the formula above, written out in the test.
 """
 
 from __future__ import annotations
-
-PAPER_WARMUP_STEPS = 4000
-
-
-def noam_rate(step: int, d_model: int, warmup_steps: float = PAPER_WARMUP_STEPS) -> float:
-    """lrate at `step` (counted from 1), exactly as §5.3 writes it."""
-    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
 def peak_learning_rate(d_model: int, warmup_steps: float) -> float:
