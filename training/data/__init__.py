@@ -9,5 +9,5 @@
     batching.py    TokenBatchSampler: batches of about --max_tokens tokens, by length
     prepare_wmt.py WMT 2014 files into the layout corpora.py reads
 
-It imports the ground floor (training/usage.py) and nothing else of this package.
+It imports the ground floor (training/usage.py, training/staging.py) and nothing else of this package.
 """

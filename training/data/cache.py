@@ -13,11 +13,11 @@ The cache is a folder `tokenized-<key>` under the cache root; the key hashes eve
 * the tokenizer: its full serialisation (`tokenizer.json`) for fast tokenizers, `datasets`' hash otherwise;
 * the length settings: `max_source_length`, `max_target_length`, `long_sentences`, and the languages.
 
-It is written to a temporary folder in the same parent and renamed into place only when complete, so a run killed
-half-way leaves a `.tmp-*` folder that is never read (and is removed by the next build), never a half cache. Nothing is
-fsynced, so a machine crash can still leave an empty or cut file behind the rename: opening checks every file (meta.json
-parses, each split's Arrow file opens with the recorded number of rows), and a damaged cache is named in a one-line
-warning and rebuilt.
+It is written to a temporary folder in the same parent and renamed into place only when complete
+(training/staging.py), so a run killed half-way leaves a `.tmp-*` folder that is never read (and is removed by a
+build a day later), never a half cache. Nothing is fsynced, so a machine crash can still leave an empty or cut file
+behind the rename: opening checks every file (meta.json parses, each split's Arrow file opens with the recorded number
+of rows), and a damaged cache is named in a one-line warning and rebuilt.
 Datasets held in memory (the embedded toy corpus, `Dataset.from_dict`) have no stable identity and are tokenised
 in memory the same way, without a cache.
 
@@ -38,7 +38,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -52,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, Features, Value
 
+from ..staging import remove_stale, staged_folder
 from .tokenizer import WordCache, flatten_ids, release_free_heap
 
 logger = logging.getLogger(__name__)
@@ -252,11 +252,10 @@ def _open_cache(folder: Path, raw: Mapping[str, Dataset]) -> tuple[dict[str, Spl
 
 
 def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, long_sentences: str, num_workers):
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(folder.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
+    remove_stale(folder.parent, "tokenized-")
     started = time.monotonic()
-    try:
+    # Another process (a second rank) may finish the same cache first; theirs is identical and kept when whole.
+    with staged_folder(folder, is_complete=lambda found: _read_complete(found) is not None) as staging:
         summaries = {}
         for split, dataset in raw.items():
             _, summary = builder.build(
@@ -266,27 +265,8 @@ def _build_cache(raw, builder, folder: Path, settings: dict, batch_size: int, lo
             summaries[split] = summary
         meta = {"settings": settings, "splits": {split: vars(s) for split, s in summaries.items()}}
         (staging / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        try:
-            os.rename(staging, folder)  # atomic: the cache appears complete or not at all
-        except OSError:
-            if _read_complete(folder) is None:
-                raise
-            # Another process (a second rank) finished the same cache first; theirs is identical.
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     logger.info("tokenised %d splits in %.1fs into %s", len(summaries), time.monotonic() - started, folder)
     return summaries
-
-
-def _remove_stale_temporaries(root: Path, older_than_s: float = 24 * 3600) -> None:
-    """Staging folders of runs killed long ago (a day old: a live build of another process is never older)."""
-    now = time.time()
-    for path in root.glob(".tmp-tokenized-*"):
-        with contextlib.suppress(OSError):
-            if now - path.stat().st_mtime > older_than_s:
-                shutil.rmtree(path, ignore_errors=True)
 
 
 def _report(split: str, summary: SplitSummary, long_sentences: str) -> None:

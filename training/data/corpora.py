@@ -44,7 +44,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ import datasets
 import pyarrow as pa
 from datasets import Dataset, DatasetDict, Features, Translation
 
+from ..staging import staged_folder
 from .arguments import DataArguments
 from .textfiles import (
     DataFileNotFoundError,
@@ -572,7 +572,6 @@ def _read_split_to_arrow(
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
     root = (Path(cache_dir) if cache_dir is not None else default_cache_root()) / "text"
     folder = root / f"{split}-{key}"
-    meta = folder / "meta.json"
     if folder.exists():
         cached = _open_cached_split(folder, split)
         if cached is not None:
@@ -580,12 +579,11 @@ def _read_split_to_arrow(
             return cached
         shutil.rmtree(folder, ignore_errors=True)
 
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{split}-{key}-", dir=root))
     schema = features.arrow_schema
     struct_type = schema.field("translation").type
     kept = skipped = 0
-    try:
+    # Another process (rank) may write the same split first; its folder is kept once its meta.json is there.
+    with staged_folder(folder, is_complete=lambda found: (found / "meta.json").is_file()) as staging:
         with pa.ipc.new_stream(str(staging / "data.arrow"), schema) as writer:
             sources: list[str] = []
             targets: list[str] = []
@@ -603,15 +601,6 @@ def _read_split_to_arrow(
                 writer.write_batch(_pair_batch(sources, targets, source_lang, struct_type, schema))
                 kept += len(sources)
         (staging / "meta.json").write_text(json.dumps({"pairs": kept, "skipped": skipped}) + "\n")
-        try:
-            os.rename(staging, folder)  # atomic: the cached split appears complete or not at all
-        except OSError:
-            if not meta.is_file():
-                raise
-            shutil.rmtree(staging, ignore_errors=True)  # another process (rank) wrote the same split first
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return Dataset.from_file(str(folder / "data.arrow"), split=split), kept, skipped
 
 

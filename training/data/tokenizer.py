@@ -34,7 +34,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from itertools import chain
 from pathlib import Path
@@ -45,6 +44,7 @@ from datasets import Dataset
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from ..staging import staged_files, staged_folder
 from ..usage import TRAINED_WITH_FILE  # what a tokenizer was trained with (written beside it)
 
 logger = logging.getLogger(__name__)
@@ -316,41 +316,26 @@ def _save_trained(tokenizer, save_dir, vocab_size, min_frequency, source_lang, t
 
 
 def _save_to_cache(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
-    """Save into a staging folder renamed into place, so a killed run never leaves a half tokenizer to reuse."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{folder.name}-", dir=folder.parent))
-    try:
+    """Save into a staging folder renamed into place, so a killed run never leaves a half tokenizer to reuse; when
+    another process (rank) saved the same one first, its folder is kept once its record is there."""
+    with staged_folder(folder, is_complete=lambda found: (found / CACHE_RECORD_FILE).is_file()) as staging:
         tokenizer.save_pretrained(staging)
         record = {
             "sha256": hashlib.sha256((staging / "tokenizer.json").read_bytes()).hexdigest(),
             "tokens": len(tokenizer),
         }
         (staging / CACHE_RECORD_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
-        os.rename(staging, folder)
-    except OSError:
-        if not (folder / CACHE_RECORD_FILE).is_file():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def save_trained_tokenizer(tokenizer: PreTrainedTokenizerBase, save_dir: str | os.PathLike[str], trained_with: dict):
     """Save `tokenizer` into `save_dir` with a record of what it was trained with, all or nothing.
 
-    The files are written into a staging folder inside `save_dir` and moved in with `os.replace`, the record last:
-    a run killed on the way leaves either a complete tokenizer with its record, or files without a record, which
-    the next run refuses instead of silently reusing them."""
-    save_dir = Path(save_dir)
-    save_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-staging-", dir=save_dir))
-    try:
+    The files are written into a staging folder inside `save_dir` and moved in, the record last (training/staging.py's
+    `staged_files`): a run killed on the way leaves either a complete tokenizer with its record, or files without a
+    record, which the next run refuses instead of silently reusing them."""
+    with staged_files(save_dir, seal=TRAINED_WITH_FILE) as staging:
         tokenizer.save_pretrained(staging)
         (staging / TRAINED_WITH_FILE).write_text(json.dumps(trained_with, indent=2) + "\n", encoding="utf-8")
-        (save_dir / TRAINED_WITH_FILE).unlink(missing_ok=True)  # an old record must not vouch for new files
-        for name in sorted(os.listdir(staging), key=lambda name: name == TRAINED_WITH_FILE):
-            os.replace(staging / name, save_dir / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # ---- the word cache: encoding a corpus with this BPE, one distinct word at a time ----------------------------------

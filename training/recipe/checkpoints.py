@@ -13,9 +13,10 @@ Used by the trainer (saving and resuming) and by checkpoint averaging (picking t
   (`checkpoint_problem`, the same header check as the CLIs' `cli.check_safetensors`); and when the checkpoint
   holds resume state at all (or is resumed from), every file of it: `optimizer.pt`, `scheduler.pt` and
   `rng_state*.pth`. A folder that lost some files (a deletion cut short) is not complete, whatever it still holds.
-- Written safely: into a hidden staging folder, flushed to disk, then renamed (`publish`). The staging name
-  does not match `checkpoint-STEP`, so neither resuming, rotation nor averaging ever sees it, and it is hidden,
-  so training/push.py leaves it out of an upload.
+- Written safely: into a hidden staging folder, flushed to disk, then renamed (`publish`, training/staging.py's
+  `publish` with its fsyncs and the older copy renamed aside). The staging name does not match `checkpoint-STEP`,
+  so neither resuming, rotation nor averaging ever sees it, and it is hidden, so training/push.py leaves it out of
+  an upload.
 - Locked (`OutputDirLock`): one run writes an output folder at a time; a second is refused naming the holder.
 - Deleted safely (`rotate_checkpoints`): renamed to a hidden `.tmp-deleting-checkpoint-STEP` first, then removed,
   so a kill during the deletion leaves a folder nothing reads (and the next run removes), never a partial
@@ -29,9 +30,10 @@ import json
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 
+from .. import staging
+from ..staging import STAGING_PREFIX
 from ..usage import UsageError, safetensors_problem
 
 # The Trainer's names (transformers.trainer_utils.PREFIX_CHECKPOINT_DIR, transformers.trainer.TRAINER_STATE_NAME),
@@ -43,7 +45,6 @@ TRAINER_STATE_NAME = "trainer_state.json"
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-STAGING_PREFIX = ".tmp-"
 CHECKPOINTS_SUBDIR = "checkpoints"
 AVERAGED_SUBDIR = ".averaged"
 # What `hf upload OUTPUT_DIR` and git leave out of a run's output folder (written there as .gitignore).
@@ -182,10 +183,7 @@ def rotate_checkpoints(run_dir: str | os.PathLike, save_total_limit: int | None,
             break
         if checkpoint.resolve() in protected:
             continue
-        doomed = checkpoint.parent / f"{STAGING_PREFIX}deleting-{checkpoint.name}"
-        shutil.rmtree(doomed, ignore_errors=True)
-        os.replace(checkpoint, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        staging.discard(checkpoint)
         remaining -= 1
 
 
@@ -254,9 +252,9 @@ class OutputDirLock:
 
 
 def staging_dir_for(output_dir: str | os.PathLike) -> Path:
-    """The hidden folder next to `output_dir` where it is written before `publish` renames it into place."""
-    output_dir = Path(output_dir)
-    return output_dir.parent / f"{STAGING_PREFIX}{output_dir.name}"
+    """The hidden folder `.tmp-NAME` next to `output_dir` where it is written before `publish` renames it into place:
+    a fixed name, since every rank writes its part of a checkpoint into the same folder."""
+    return staging.staging_name(output_dir)
 
 
 def stale_staging_dirs(run_dir: str | os.PathLike) -> list[Path]:
@@ -265,39 +263,10 @@ def stale_staging_dirs(run_dir: str | os.PathLike) -> list[Path]:
     return sorted([*Path(run_dir).glob(pattern), *checkpoints_dir(run_dir).glob(pattern)])
 
 
-def _fsync(path: str, directory: bool = False) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        if directory:
-            return  # folders cannot be opened on Windows; there the rename is what makes the entries visible
-        raise
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(staging_dir: str | os.PathLike, output_dir: str | os.PathLike) -> None:
     """Rename the finished `staging_dir` to `output_dir` after flushing it to disk, replacing an older copy.
 
-    A crash at any point leaves either the complete new `output_dir`, the complete old one, or none.
+    A crash at any point leaves either the complete new `output_dir`, the complete old one, or none
+    (training/staging.py's `publish` with `replace=True, durable=True`).
     """
-    staging_dir, output_dir = str(staging_dir), str(output_dir)
-    # A rename is only atomic for what has reached the disk: flush the files, then the folders holding them.
-    for root, _, files in os.walk(staging_dir):
-        for name in files:
-            _fsync(os.path.join(root, name))
-    for root, _, _ in os.walk(staging_dir, topdown=False):
-        _fsync(root, directory=True)
-    if os.path.exists(output_dir):
-        # A rename cannot replace a non-empty folder, so the old one moves aside first (its hidden name is seen by
-        # nothing). Until the second rename, a reader finds the older complete copy, never a partial one.
-        retired_dir = os.path.join(os.path.dirname(output_dir), f"{STAGING_PREFIX}old-{os.path.basename(output_dir)}")
-        shutil.rmtree(retired_dir, ignore_errors=True)
-        os.replace(output_dir, retired_dir)
-        os.replace(staging_dir, output_dir)
-        shutil.rmtree(retired_dir, ignore_errors=True)
-    else:
-        os.replace(staging_dir, output_dir)
-    _fsync(os.path.dirname(os.path.abspath(output_dir)), directory=True)
+    staging.publish(staging_dir, output_dir, replace=True, durable=True)
