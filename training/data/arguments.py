@@ -49,3 +49,14 @@ class DataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only this many validation pairs."})
     max_test_samples: int | None = field(default=None, metadata={"help": "Use only this many test pairs."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    batch_shapes: str = field(
+        default="auto",
+        metadata={
+            "help": "Shapes of the --max_tokens training batches: bucketed (lengths rounded up to a few buckets, "
+            "both sides padded to the bucket, a fixed number of rows per bucket: a few shapes in all, so GPU "
+            "kernels, plans and compiled code are reused), exact (each batch as long as its longest sentence: a "
+            "new shape nearly every step) or auto (default: bucketed on a GPU, exact on the CPU, where padding "
+            "only costs time). See training/data/batching.py.",
+            "choices": ["auto", "bucketed", "exact"],
+        },
+    )

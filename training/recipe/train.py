@@ -307,6 +307,7 @@ class PreparedData:
     target_lang: str
     tokenizer: object
     tokenized: dict
+    batch_shapes: str = "auto"  # --batch_shapes (training/data/batching.py)
 
 
 def prepare_training_data(
@@ -354,7 +355,7 @@ def prepare_training_data(
             )
         logger.info("Tokenizer: %d tokens", len(tokenizer))
     tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
-    return PreparedData(raw, stats, source_lang, target_lang, tokenizer, tokenized)
+    return PreparedData(raw, stats, source_lang, target_lang, tokenizer, tokenized, data_args.batch_shapes)
 
 
 # ---- evaluation -----------------------------------------------------------------------------------------------------
@@ -495,6 +496,7 @@ def make_trainer(model, data: PreparedData, training_args, metric, callbacks) ->
         compute_metrics=make_compute_metrics(tokenizer, metric),
         callbacks=callbacks,
         max_tokens=training_args.max_tokens,
+        batch_shapes=data.batch_shapes,
     )
 
 

@@ -43,7 +43,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import SaveStrategy, TrainOutput
 
-from ..data.batching import TokenBatchSampler
+from ..data.batching import BucketPadding, TokenBatchSampler, batch_shapes_for
 from ..data.cache import sequence_lengths
 from ..serving.decoding import translate_ids
 from .checkpoints import (
@@ -174,9 +174,10 @@ class _TokenBatchSummary(logging.Filter):
 
 
 class VaswaniTrainer(Seq2SeqTrainer):
-    def __init__(self, *args, max_tokens: int | None = None, translation_metric=None, **kwargs):
+    def __init__(self, *args, max_tokens: int | None = None, translation_metric=None, batch_shapes="auto", **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens or None
+        self.batch_shapes = batch_shapes_for(batch_shapes, self.args.device.type)  # --batch_shapes: None = exact
         # The `evaluate` module of training/metrics; with predict_with_generate it makes evaluation decode through
         # training/decoding.py (see evaluation_loop) instead of compute_metrics on the stock generated tokens.
         self.translation_metric = translation_metric
@@ -215,11 +216,15 @@ class VaswaniTrainer(Seq2SeqTrainer):
             seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
             num_replicas=self.args.world_size,
             rank=self.args.process_index,
+            shapes=self.batch_shapes,
+        )
+        collate = (
+            self.data_collator if self.batch_shapes is None else BucketPadding(self.data_collator, self.batch_shapes)
         )
         dataloader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=collate,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory and torch.cuda.is_available(),
         )
