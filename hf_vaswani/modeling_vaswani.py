@@ -1,8 +1,16 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), as a Hugging Face seq2seq model.
 
-One self-contained file in the order of the paper. It imports only torch, transformers, the standard library and
-its sibling configuration file, so a folder written by `save_pretrained` loads with `trust_remote_code=True` on a
-machine that never installed hf_vaswani.
+The model in one file, in the order of the paper. Besides torch, transformers and the standard library it imports
+five sibling files, each of which `save_pretrained` copies into the folder with this one (transformers copies a
+model file's relative imports), so that the folder loads with `trust_remote_code=True` on a machine that never
+installed hf_vaswani:
+
+- configuration_vaswani.py: `VaswaniConfig`, the only channel for hyperparameters;
+- generation_vaswani.py: the paper's decoding (§6.1), mixed into `VaswaniForConditionalGeneration.generate`;
+- compat_vaswani.py: the transformers internals whose form changed across 5.x (masks, output capture, attention
+  lookup, the cache's name), so this file reads the same on every supported release;
+- pipeline_vaswani.py and row_dropping_vaswani.py: imported only so that they travel with the model (the reasons
+  are at their imports below).
 
 Where this code differs from the paper or from `modeling_marian.py`, a comment says so at that line.
 """
@@ -438,7 +446,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
                 f"corrupted: {error}. Download or save them again."
             ) from error
         # transformers 5.3.0 counts the tied aliases absent from the file as present, does not tie them and leaves
-        # them on the meta device (the first forward fails); tying again fixes it (scripts/check_transformers_versions).
+        # them on the meta device (the first forward fails); tying again fixes it (scripts/check_transformers_versions.py).
         loaded = model[0] if isinstance(model, tuple) else model  # (model, loading_info) with output_loading_info
         if loaded.config.tie_word_embeddings and any(parameter.is_meta for parameter in loaded.parameters()):
             loaded.tie_weights()
@@ -724,6 +732,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         set_paper_decoding(self.generation_config)
         # Greedy and beam search stop computing rows that have finished (_sample, _beam_search); False: the stock loops.
         self.generation_config.drop_finished_rows = True
+        # ... shrinking the batch only to powers of two ("auto": on a GPU, where each new batch size is a new shape).
+        self.generation_config.row_buckets = "auto"
         # Not derived from the model config any more: without this, loading the saved file drops the two entries.
         self.generation_config._from_model_config = False
 

@@ -173,7 +173,7 @@ def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     """The last `n` complete `checkpoint-STEP` folders of a Trainer output dir, oldest first.
 
     Sorted by the numeric step (`checkpoint-9` before `checkpoint-10`); a checkpoint is complete as
-    training/checkpoints.py defines it, and incomplete ones are skipped with a warning. Fewer than `n` is a
+    training/recipe/checkpoints.py defines it, and incomplete ones are skipped with a warning. Fewer than `n` is a
     warning, none is a ValueError.
     """
     run_dir = Path(run_dir)

@@ -1,6 +1,7 @@
 """How vaswani-train is started on several processes, GPUs or machines: through `accelerate launch --multi_gpu`
-(torchrun underneath; NCCL on GPUs, gloo on CPUs), never a launcher of our own. README, "Several processes, GPUs and
-machines", has the commands and a SLURM example; tests/test_multi_machine.py runs two machines on localhost.
+(torchrun underneath; NCCL on GPUs, gloo on CPUs), never a launcher of our own. docs/training.md,
+"Several processes, GPUs and machines", has the commands and a SLURM example; tests/recipe/test_multi_machine.py runs
+two machines on localhost.
 """
 
 from __future__ import annotations

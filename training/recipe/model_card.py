@@ -1,8 +1,8 @@
 """The model card of a trained run: `training/recipe/templates/model_card.md` filled in from the run's results.
 
-`python -m training.train` calls `write_model_card(output_dir, run)` at the end of a run, where `run` is the
-`RunRecord` it also writes to `results.json` (training/run_record.py); the card becomes the `README.md` of the output folder, which `training.push` uploads
-as it is. The top-level `model_card.md` is a filled-in example with every section explained.
+`vaswani-train` calls `write_model_card(output_dir, run)` at the end of a run, where `run` is the `RunRecord` it also
+writes to `results.json` (training/recipe/run_record.py); the card becomes the `README.md` of the output folder, which
+`vaswani-push` uploads as it is. The top-level `model_card.md` is a filled-in example with every section explained.
 
 The YAML metadata follows the Hub's model card spec (https://huggingface.co/docs/hub/model-cards): `language`
 holds ISO 639 codes of real languages only, and `model-index` has one result per evaluated split whose metrics

@@ -1,5 +1,5 @@
 """What a training run records: `RunRecord`, written as the output folder's `results.json` and read by the model
-card (training/model_card.py).
+card (training/recipe/model_card.py).
 
 The JSON layout is the one `results.json` always had (`to_dict` / `from_dict` convert): the argument dataclasses
 as dicts, the data read per split, the hyperparameters the card reports, the model config's non-default values,
@@ -53,7 +53,7 @@ class Hyperparameters:
 
 @dataclass
 class SplitScores:
-    """sacreBLEU and chrF of one split translated with the paper's decoding (training/metrics), and its size."""
+    """sacreBLEU and chrF of one split translated with the paper's decoding (training/recipe/metrics/), and its size."""
 
     bleu: float
     chrf: float

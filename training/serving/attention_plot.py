@@ -64,7 +64,7 @@ def cross_attention(
             of `generate()` output (its leading decoder start token and trailing padding are dropped). None:
             translate `source` with `model.generate(**generate_kwargs)` (the model's generation config, by
             default the paper's beam search) and use the best output.
-        max_source_length: truncate the source to this many tokens, as `training.decoding.translate` does.
+        max_source_length: truncate the source to this many tokens, as `training.serving.decoding.translate_texts` does.
 
     Returns:
         weights: float32 tensor (decoder layers, heads, target length, source length) on the CPU; row t of a

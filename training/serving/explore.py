@@ -2,7 +2,7 @@
 
     vaswani-explore outputs/toy                      # http://127.0.0.1:7860
     vaswani-explore your-name/vaswani-toy --port 8000 --share
-    python -m training.explore outputs/toy           # the same, from a checkout
+    python -m training.explore outputs/toy           # the same, from a checkout (training/explore.py)
 
 Three tabs:
 
@@ -11,7 +11,7 @@ Three tabs:
 - Look: the encoder self-attention, the decoder's masked self-attention and the encoder-decoder attention of the
   translation just made, by layer and head (or the mean over heads), as heatmaps with the subword tokens on the
   axes; choosing an output token shows its alignment to the source. The weights come from one teacher-forced pass
-  over the best hypothesis with eager attention (`training.attention_plot.cross_attention` for the
+  over the best hypothesis with eager attention (`training.serving.attention_plot.cross_attention` for the
   encoder-decoder attention).
 - Position encoding: the sinusoids of §3.5 (`hf_vaswani.sinusoidal_position_encoding`) as a matrix, and the cosine
   similarity of every pair of positions.
@@ -24,7 +24,7 @@ Loading other models from the page is off unless the operator allows some (`--al
 app.py), except on a loopback address without --share, where the only visitor is the operator. A refused name is
 answered without looking at the disk. Everything a visitor types (paths, sentences, tokens) is shown as text, never
 as HTML or Markdown. Sessions keep a translation's attention for a while only (`STATE_SECONDS`, `MAX_SESSIONS`), so
-memory stays flat however many visitors come and go (tests/test_explore.py's load test).
+memory stays flat however many visitors come and go (tests/serving/test_explore.py's load test).
 """
 
 from __future__ import annotations

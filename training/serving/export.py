@@ -4,7 +4,7 @@
     vaswani-export MODEL_DIR OUT_DIR --format ctranslate2 [--quantization int8] [--check]
 
 `--format ctranslate2` writes a CTranslate2 model instead, through CTranslate2's own converter with a loader for this
-architecture (training/ctranslate2_export.py); `vaswani-translate OUT_DIR --engine ctranslate2` translates with it.
+architecture (training/serving/ctranslate2_export.py); `vaswani-translate OUT_DIR --engine ctranslate2` translates with it.
 Its `--check` (and a quantized export without it, on the sample sentences) prints one line: tokens identical to
 generate() (share of sentences) and the mean log-prob difference per token; int8 kernels differ by CPU, so a
 quantized model far from generate() on this CPU gets one warning line naming the kernels and what keeps quality.
@@ -406,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("model", metavar="MODEL_DIR", help="a folder written by training.train")
+    parser.add_argument("model", metavar="MODEL_DIR", help="a folder written by vaswani-train")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="where to write the .onnx files, tokenizer and config")
     parser.add_argument(
         "--format",

@@ -1,4 +1,4 @@
-"""Upload a trained model folder to the Hugging Face Hub, as `python -m training.train` wrote it.
+"""Upload a trained model folder to the Hugging Face Hub, as `vaswani-train` wrote it.
 
     vaswani-push MODEL_DIR REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]
                                    [--token TOKEN] [--create-pr] [--dry-run]
@@ -51,7 +51,7 @@ EXCLUDED_FILES = (
 
 
 class ModelFolderError(UsageError):
-    """The folder given to `training.push` is not a complete, loadable hf-vaswani model folder."""
+    """The folder given to `vaswani-push` is not a complete, loadable hf-vaswani model folder."""
 
 
 @dataclass
@@ -121,7 +121,7 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
     if not card.is_file():
         raise ModelFolderError(
             f"{folder} has no model card README.md: vaswani-train writes it at the end of a run "
-            "(training.model_card.write_model_card); a folder without one would appear on the Hub undocumented"
+            "(hf_vaswani_training.recipe.model_card.write_model_card); a folder without one would appear on the Hub undocumented"
         )
     read_card_metadata(card)
 

@@ -33,7 +33,7 @@ def load_translation_metric(**load_kwargs: Any) -> evaluate.EvaluationModule:
 
 
 def __getattr__(name: str) -> Any:
-    # Importing evaluate takes seconds (it pulls in transformers' pipelines), so `import training.metrics`
+    # Importing evaluate takes seconds (it pulls in transformers' pipelines), so `import hf_vaswani_training.recipe.metrics`
     # defers it until a score is actually asked for.
     if name == "compute_translation_scores":
         from .translation_metrics import compute_translation_scores

@@ -2,9 +2,9 @@
 
 `evaluate.load("sacrebleu")` needs the Hub, so this file is a local metric module instead: evaluate copies
 it into its dynamic-modules cache and imports it from there, which is why it is one self-contained file that
-imports only third-party packages (a `from training...` import would fail in that copy wherever the package
-is not installed). `training.metrics.load_translation_metric()` loads it; `compute_translation_scores()` is
-the same computation without evaluate's bookkeeping.
+imports only third-party packages (a `from hf_vaswani_training...` import would fail in that copy wherever the
+package is not installed). `hf_vaswani_training.recipe.metrics.load_translation_metric()` loads it;
+`compute_translation_scores()` is the same computation without evaluate's bookkeeping.
 
 Scores are computed the way the paper's numbers are usually reproduced: on detokenized, cased text with
 sacreBLEU's own tokenizer, and reported with sacreBLEU's signature so that a score is never separated from
@@ -60,7 +60,7 @@ Returns:
     chrf (`float`): corpus chrF (character 6-grams, beta 2), 0-100.
     chrf_signature (`str`): e.g. `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0`.
 Examples:
-    >>> metric = evaluate.load("training/metrics/translation_metrics.py")
+    >>> metric = evaluate.load("training/recipe/metrics/translation_metrics.py")
     >>> sentences = ["The cat sat on the mat."]
     >>> metric.compute(predictions=sentences, references=sentences)["bleu"]
     100.0
