@@ -43,13 +43,14 @@ ALLOWED_NAMES = {
     "tests/test_modeling_common.py": "a file of transformers' own test tree, fetched by .ci/fetch_transformers_tests.sh",
     "tests/generation/test_utils.py": "a file of transformers' own test tree, fetched by .ci/fetch_transformers_tests.sh",
     "tests/exporters/test_export.py": "a file of transformers' own test tree, fetched by .ci/fetch_transformers_tests.sh",
+    "test_modeling_common.py": "transformers' tests/test_modeling_common.py, fetched by .ci/fetch_transformers_tests.sh",
 }
 # A path component that is a placeholder (`python -m training.X`, `tests/<wing>/`), not a name.
 PLACEHOLDER_RE = re.compile(r"^(?:[A-Z]|.*<[\w-]+>.*)$")
 
 PATH_RE = re.compile(r"(?<![\w./$-])((?:hf_vaswani|training|tests|benchmarks|docs|\.ci|scripts)/[\w.*/{},<>-]*)")
 MODULE_RE = re.compile(r"(?<![\w./$-])((?:hf_vaswani_training|hf_vaswani|training)(?:\.[A-Za-z_]\w*)+)")
-# File suffixes that end a dotted word which is a file name, not a module path (`training.py`, `export.json`).
+# File suffixes: a dotted word ending in one of them is a file name, not a module path.
 FILE_SUFFIXES = {"py", "md", "json", "yaml", "yml", "sh", "txt", "png", "onnx", "jsonl", "tsv", "gz", "toml", "log"}
 
 
@@ -189,7 +190,7 @@ def dotted_exists(dotted: str) -> bool:
     top, *parts = dotted.split(".")
     if any(PLACEHOLDER_RE.match(part) for part in parts):  # `python -m training.X`
         return True
-    if parts and parts[-1] in FILE_SUFFIXES:  # a file name such as `hf_vaswani_training.py`, not a module
+    if parts and parts[-1] in FILE_SUFFIXES:  # a file name, not a module
         return True
     file, rest = module_file(top, parts)
     if file is None:
@@ -230,10 +231,51 @@ def attribute_exists(file: Path, rest: list[str]) -> bool:
     return True
 
 
-def stale_in_text(text: str) -> list[str]:
-    """Every path or dotted module named in `text` that does not exist."""
+# A file of code or docs named without one of the roots above: `recipe/train.py`, `explore_svg.py`.
+OTHER_FILE_RE = re.compile(r"(?<![\w./$-])((?:[\w-]+/)*[\w-]+\.(?:py|sh|md))\b")
+# The packages whose own files the words cite (`modeling_marian.py`, `huggingface_hub/hf_api.py`).
+CITED_PACKAGES = ("transformers", "huggingface_hub", "datasets", "accelerate", "evaluate")
+
+
+@functools.cache
+def cited_package_files() -> frozenset[str]:
+    """Relative paths (and their tails) of every file in the packages the words cite, found without importing them."""
+    import importlib.util
+
+    found = set()
+    for name in CITED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(next(iter(spec.submodule_search_locations)))
+        for folder, _, files in os.walk(root):
+            relative = Path(folder).relative_to(root.parent)
+            for file in files:
+                parts = (relative / file).parts
+                found.update("/".join(parts[i:]) for i in range(len(parts)))
+    return frozenset(found)
+
+
+def other_file_exists(name: str, source: Path | None) -> bool:
+    """A file named relative to the naming file's folder or one above it, to training/ or hf_vaswani/, or by its bare
+    name anywhere in the repository; else a file of a package the words cite."""
+    if name in ALLOWED_NAMES or name.split("/")[0] in PATH_ROOTS:
+        return True
+    folders = [REPO_ROOT, REPO_ROOT / "training", REPO_ROOT / "hf_vaswani"]
+    if source is not None:
+        folders += [source.parent, source.parent.parent]
+    if any((folder / name).is_file() for folder in folders):
+        return True
+    if "/" not in name and any(path.name == name for path in repo_files()):
+        return True
+    return name in cited_package_files()
+
+
+def stale_in_text(text: str, source: Path | None = None) -> list[str]:
+    """Every path, file or dotted module named in `text` that does not exist."""
     stale = [m.group(1).rstrip(".,:;)") for m in PATH_RE.finditer(text) if not path_exists(m.group(1))]
     stale += [m.group(1) for m in MODULE_RE.finditer(text) if not dotted_exists(m.group(1).rstrip("."))]
+    stale += [m.group(1) for m in OTHER_FILE_RE.finditer(text) if not other_file_exists(m.group(1), source)]
     return stale
 
 
@@ -242,7 +284,8 @@ def stale_names(path: Path) -> list[str]:
     stale = []
     for line, text in words_of(path):
         for offset, chunk in enumerate(text.splitlines()):
-            stale += [f"{path.relative_to(REPO_ROOT)}:{line + offset}: {name}" for name in stale_in_text(chunk)]
+            where = f"{path.relative_to(REPO_ROOT)}:{line + offset}"
+            stale += [f"{where}: {name}" for name in stale_in_text(chunk, path)]
     return stale
 
 
@@ -259,10 +302,10 @@ def test_the_stale_name_check_fails_on_stale_names(tmp_path):
         "hf_vaswani_training.serving.export.no_such_function, hf_vaswani.no_such_module.\n"
         '"""\n\n'
         "# training/serving/export.py, training.serving.export.onnx_greedy_decode and hf_vaswani.preset_config exist\n"
-        "# training/recipes/toy.json moved\n",
+        "# training/recipes/toy.json moved; recipe/train.py and modeling_marian.py exist, recipe/nothing.py does not\n",
         encoding="utf-8",
     )
-    found = [name for _, text in words_of(sample) for name in stale_in_text(text)]
+    found = [name for _, text in words_of(sample) for name in stale_in_text(text, REPO_ROOT / "training" / "x.py")]
     assert sorted(found) == sorted(
         [
             "training/decoding.py",
@@ -271,6 +314,7 @@ def test_the_stale_name_check_fails_on_stale_names(tmp_path):
             "hf_vaswani_training.serving.export.no_such_function",
             "hf_vaswani.no_such_module",
             "training/recipes/toy.json",
+            "recipe/nothing.py",
         ]
     )
 
@@ -282,16 +326,15 @@ def test_paper_to_code_table_names_what_exists():
     """Each backticked name in README's "Where the paper is in the code" is defined in the file its row names
     (hf_vaswani/modeling_vaswani.py unless the row names another)."""
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    table = readme.split("## Where the paper is in the code", 1)[1].split("\n\n", 1)[0]
+    table = readme.split("## Where the paper is in the code", 1)[1].strip().split("\n\n", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| §") or line.startswith("| Table")]
     assert len(rows) >= 10
     missing = []
     for row in rows:
         code = row.split("|")[2]
         files = re.findall(r"`((?:hf_vaswani|training)/[\w/]+\.(?:py|json))`", code)
-        files = [REPO_ROOT / name for name in files if name.endswith(".py")] or [
-            REPO_ROOT / "hf_vaswani" / "modeling_vaswani.py"
-        ]
+        files = [REPO_ROOT / name for name in files if name.endswith(".py")]
+        files.append(REPO_ROOT / "hf_vaswani" / "modeling_vaswani.py")
         for name in re.findall(r"`([A-Za-z_][\w.]*)`", code):
             if name.startswith(("--", "training", "hf_vaswani")) or name.endswith((".json", ".py")):
                 continue
@@ -466,9 +509,10 @@ def shell_commands(code: str) -> list[tuple[list[str], str]]:
                 current.append(token)
             else:
                 current.append(token)
-        for tokens_, _ in list(commands):
-            if tokens_[:2] == ["bash", "-c"] and len(tokens_) > 2:
-                commands.extend(shell_commands(tokens_[2]))
+    for tokens, _ in list(commands):
+        for index in range(len(tokens) - 2):
+            if tokens[index : index + 2] == ["bash", "-c"]:
+                commands.extend(shell_commands(tokens[index + 2]))
     return commands
 
 

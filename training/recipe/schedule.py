@@ -8,7 +8,7 @@ The recipe runs it on the stock tools: transformers' `inverse_sqrt` scheduler (t
 multiplies the peak rate by step/warmup during the warm-up and by sqrt(warmup/step) after it, which is the formula
 above once the peak is `peak_learning_rate(d_model, warmup_steps)`. `--learning_rate 0` (the default) asks for that
 peak; any other value scales the same shape. `test_learning_rate_follows_the_papers_schedule` in
-tests/test_train.py holds the Trainer's logged rates against the formula above, written out in the test.
+tests/recipe/test_train.py holds the Trainer's logged rates against the formula above, written out in the test.
 """
 
 from __future__ import annotations
