@@ -1,14 +1,10 @@
-"""The words follow the code: every path and module the docs and the code's docstrings and comments name exists,
-and every documented command names a console script, option and module that the installed wheel provides.
+"""The words follow the code, and the documented commands work from a wheel.
 
-Part (a) reads README.md, docs/, the model cards and every other Markdown file, and the docstrings and comments of
-every Python file, and checks each repository path (`training/serving/export.py`, `tests/`, `.ci/run`) against the
-disk and each dotted name (`hf_vaswani_training.serving.export.onnx_greedy_decode`, `training.train`) against the
-source tree (module files, then the names a module defines, read with `ast`, never imported).
-Part (b) reads the fenced shell and Python blocks of README.md, docs/ and the Markdown files shipped in the wheel:
-console scripts and their options against `--help` of the installed commands, `python -m` and `import` against
-the modules the wheel installs (never the checkout-only `training.*`), names a Python block uses against what it
-defines. Part (c), marked slow, runs the documented commands from an empty directory on a shortened main job.
+(a) Every repository path, file and dotted module named in the Markdown files and in the docstrings and comments of
+every Python file exists (files on disk; modules and the names they define read with `ast`, never imported).
+(b) The fenced shell and Python blocks of README.md, docs/ and the Markdown shipped in the wheel name console
+scripts, options (against each command's `--help`) and modules that the installed wheel has, never the
+checkout-only `training.*`; a Python block defines what it uses. (c), slow: they run from an empty directory.
 """
 
 from __future__ import annotations
@@ -103,10 +99,6 @@ def words_of(path: Path) -> list[tuple[int, str]]:
     return list(enumerate(text.splitlines(), start=1))
 
 
-def word_sources() -> list[Path]:
-    return [path for path in repo_files() if path.suffix in (".md", ".py")]
-
-
 # ---- does a named thing exist --------------------------------------------------------------------------------------
 
 
@@ -133,10 +125,6 @@ def git_ignored(name: str) -> bool:
         return subprocess.run(["git", "check-ignore", "-q", name], cwd=REPO_ROOT).returncode == 0
     except OSError:
         return False
-
-
-def _source_root(top: str) -> Path:
-    return REPO_ROOT / ("hf_vaswani" if top == "hf_vaswani" else "training")
 
 
 @functools.cache
@@ -169,7 +157,7 @@ def defined_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
 
 def module_file(top: str, parts: list[str]) -> tuple[Path | None, list[str]]:
     """The source file of the longest module prefix of `parts` under package `top`, and the parts left over."""
-    path = _source_root(top)
+    path = REPO_ROOT / ("hf_vaswani" if top == "hf_vaswani" else "training")
     index = 0
     while index < len(parts):
         if (path / parts[index] / "__init__.py").is_file():
@@ -219,15 +207,10 @@ def attribute_exists(file: Path, rest: list[str]) -> bool:
                 else:  # `from . import module`
                     return (target / f"{alias.name}.py").is_file() or (target / alias.name / "__init__.py").is_file()
                 return attribute_exists(target_file, [alias.name, *rest[1:]])
-    if len(rest) > 1 and isinstance(node, ast.ClassDef) and not node.bases:
-        return rest[1] in defined_names(node.body)
     if len(rest) > 1 and isinstance(node, ast.ClassDef):
-        # With base classes an attribute may be inherited; it must at least be defined somewhere in this file.
-        return rest[1] in defined_names(node.body) or any(
-            rest[1] in defined_names(other.body)
-            for other in ast.walk(module_tree(file))
-            if isinstance(other, ast.ClassDef)
-        )
+        # An attribute of a class with bases may be inherited: then some class of this file must define it.
+        classes = [c for c in ast.walk(module_tree(file)) if isinstance(c, ast.ClassDef)] if node.bases else [node]
+        return any(rest[1] in defined_names(c.body) for c in classes)
     return True
 
 
@@ -290,7 +273,7 @@ def stale_names(path: Path) -> list[str]:
 
 
 def test_every_named_path_and_module_exists():
-    stale = [entry for path in word_sources() for entry in stale_names(path)]
+    stale = [entry for path in repo_files() if path.suffix in (".md", ".py") for entry in stale_names(path)]
     assert not stale, f"{len(stale)} names of paths or modules that do not exist:\n" + "\n".join(stale)
 
 
@@ -306,17 +289,9 @@ def test_the_stale_name_check_fails_on_stale_names(tmp_path):
         encoding="utf-8",
     )
     found = [name for _, text in words_of(sample) for name in stale_in_text(text, REPO_ROOT / "training" / "x.py")]
-    assert sorted(found) == sorted(
-        [
-            "training/decoding.py",
-            "training.decoding.translate",
-            "tests/test_schedule.py",
-            "hf_vaswani_training.serving.export.no_such_function",
-            "hf_vaswani.no_such_module",
-            "training/recipes/toy.json",
-            "recipe/nothing.py",
-        ]
-    )
+    expected = "training/decoding.py training.decoding.translate tests/test_schedule.py training/recipes/toy.json"
+    expected += " hf_vaswani_training.serving.export.no_such_function hf_vaswani.no_such_module recipe/nothing.py"
+    assert sorted(found) == sorted(expected.split())
 
 
 # ---- the paper -> code table ---------------------------------------------------------------------------------------
@@ -338,12 +313,8 @@ def test_paper_to_code_table_names_what_exists():
         for name in re.findall(r"`([A-Za-z_][\w.]*)`", code):
             if name.startswith(("--", "training", "hf_vaswani")) or name.endswith((".json", ".py")):
                 continue
-            if name in {"dropout", "label_smoothing", "generation_config.json", "inverse_sqrt"}:
-                # an argument name or the stock schedule's name; checked below as words of the model's forward
-                if name in {"dropout", "label_smoothing"}:
-                    source = (REPO_ROOT / "hf_vaswani" / "modeling_vaswani.py").read_text(encoding="utf-8")
-                    if name not in source:
-                        missing.append(f"{row[:40]}: {name}")
+            if name in {"dropout", "label_smoothing", "inverse_sqrt"}:  # words of the model's code; the stock schedule
+                assert name == "inverse_sqrt" or name in files[-1].read_text(encoding="utf-8"), name
                 continue
             parts = name.lstrip(".").split(".")
             if not any(_defined_in(file, parts) for file in files):
@@ -417,26 +388,9 @@ def wheel_modules() -> set[str]:
 
 # Import names of the dependencies in pyproject (its distribution names differ from some import names), and what
 # they pull in that the docs use directly (numpy comes with torch, transformers and datasets).
-THIRD_PARTY_IMPORTS = {
-    "torch": "torch",
-    "transformers": "transformers",
-    "huggingface_hub": "huggingface_hub",
-    "safetensors": "safetensors",
-    "tokenizers": "tokenizers",
-    "datasets": "datasets",
-    "accelerate": "accelerate",
-    "evaluate": "evaluate",
-    "sacrebleu": "sacrebleu",
-    "yaml": "pyyaml",
-    "tqdm": "tqdm",
-    "matplotlib": "matplotlib",
-    "gradio": "gradio",
-    "onnx": "onnx",
-    "onnxruntime": "onnxruntime",
-    "ctranslate2": "ctranslate2",
-    "pytest": "pytest",
-    "numpy": "numpy",
-}
+_SAME_NAME = "torch transformers huggingface_hub safetensors tokenizers datasets accelerate evaluate sacrebleu tqdm"
+_EXTRAS = "matplotlib gradio onnx onnxruntime ctranslate2 pytest numpy"
+THIRD_PARTY_IMPORTS = {name: name for name in f"{_SAME_NAME} {_EXTRAS}".split()} | {"yaml": "pyyaml"}
 
 
 def test_third_party_imports_are_dependencies():
@@ -451,22 +405,18 @@ def _options_from_help(text: str) -> set[str]:
     return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", text))
 
 
-def _run_help(command: list[str]) -> subprocess.Popen:
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT.parent, env=environment
-    )
-
-
 @functools.cache
 def command_helps() -> dict[str, str]:
-    """`--help` of every console script and of every `python -m` module of ours the docs use, run in parallel from
-    outside the checkout (so the installed package answers)."""
+    """`--help` of every console script and of every `python -m` module of ours the docs use, run in parallel."""
     wanted = {script: [shutil.which(script) or script, "--help"] for script in console_scripts()}
     for module in documented_python_modules():
         if module.startswith("hf_vaswani"):
             wanted[module] = [sys.executable, "-m", module, "--help"]
-    running = {name: _run_help(command) for name, command in wanted.items()}
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    running = {
+        name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        for name, command in wanted.items()
+    }
     helps = {}
     for name, process in running.items():
         out, err = process.communicate(timeout=300)
@@ -486,27 +436,18 @@ def shell_commands(code: str) -> list[tuple[list[str], str]]:
         stripped = logical.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        comment = ""
         lexer = shlex.shlex(stripped, posix=True, punctuation_chars=";&|<>")
-        lexer.whitespace_split = True
-        lexer.commenters = ""
+        lexer.whitespace_split, lexer.commenters = True, ""
         tokens = list(lexer)
-        if "#" in tokens:  # a trailing comment (a # inside quotes stays inside its token)
-            cut = tokens.index("#")
-            comment = " ".join(tokens[cut + 1 :])
-            tokens = tokens[:cut]
-        elif any(token.startswith("#") for token in tokens):
-            cut = next(i for i, token in enumerate(tokens) if token.startswith("#"))
-            comment = " ".join(tokens[cut:])
-            tokens = tokens[:cut]
+        # A trailing comment: the first token that starts with # (a # inside quotes stays inside its token).
+        cut = next((i for i, token in enumerate(tokens) if token.startswith("#")), len(tokens))
+        comment, tokens = " ".join(tokens[cut:]).lstrip("#"), tokens[:cut]
         current: list[str] = []
         for token in tokens + [";"]:
             if token in {";", "&&", "||", "|", "&"}:
                 if current:
                     commands.append((current, comment))
                 current = []
-            elif token in {"<", ">", ">>", "2>"}:
-                current.append(token)
             else:
                 current.append(token)
     for tokens, _ in list(commands):
@@ -712,33 +653,10 @@ def empty_directory_with_main_job(tmp_path_factory):
     expect, with 5 checkpoints so that `vaswani-average --last 5` has them."""
     work = tmp_path_factory.mktemp("docs_commands")
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": "", "TOKENIZERS_PARALLELISM": "false"}
-    subprocess.run(
-        [
-            "vaswani-train",
-            "toy",
-            "--max_steps",
-            "10",
-            "--save_steps",
-            "2",
-            "--save_total_limit",
-            "6",
-            "--toy_num_train",
-            "2000",
-            "--toy_num_test",
-            "20",
-            "--max_length_offset",
-            "10",
-            "--report_to",
-            "none",
-            "--dataloader_num_workers",
-            "0",
-        ],
-        cwd=work,
-        env=environment,
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
+    shortened = "--max_steps 10 --save_steps 2 --save_total_limit 6 --toy_num_train 2000 --toy_num_test 20"
+    quiet = "--max_length_offset 10 --report_to none --dataloader_num_workers 0"
+    command = ["vaswani-train", "toy", *shortened.split(), *quiet.split()]
+    subprocess.run(command, cwd=work, env=environment, check=True, capture_output=True, timeout=900)
     return work, environment
 
 
