@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What tests/test_explore_browser.py needs: Debian's chromium (Playwright's own browser download is not used: it
+# What tests/serving/test_explore_browser.py needs: Debian's chromium (Playwright's own browser download is not used: it
 # fetches from a CDN that offline and mirrored machines cannot reach) and Playwright's Python driver. Under CI=true
 # the browser test fails instead of skipping when these are missing, so this step must run before the tests.
 set -euo pipefail

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fetch transformers' common model tests for the INSTALLED transformers version, for tests/test_transformers_common.py.
+# Fetch transformers' common model tests for the INSTALLED transformers version, for
+# tests/model/test_transformers_common.py.
 #
 # The wheel has no tests; the source distribution on PyPI ships tests/test_modeling_common.py (ModelTesterMixin).
 # Nothing of it is committed here: it is extracted into .transformers_tests/<version>/ (git-ignored) and imported

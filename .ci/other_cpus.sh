@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The numeric tests (marker `numeric`: tests/test_modeling.py, tests/test_generation.py and the CTranslate2
-# comparisons in tests/test_ctranslate2.py) again under the instruction sets and thread counts a developer's machine
-# does not use, so that a bound that only holds on one CPU fails here and not on a user's machine (issue 21).
+# The numeric tests (marker `numeric`: tests/model/test_modeling.py, tests/model/test_generation.py and the
+# CTranslate2 comparisons in tests/serving/test_ctranslate2_export.py) again under the instruction sets and thread
+# counts a developer's machine does not use, so that a bound that only holds on one CPU fails here and not on a
+# user's machine (issue 21).
 #   ATEN_CPU_CAPABILITY=default / avx2   PyTorch's kernels for CPUs without AVX2 / without AVX-512
 #   CT2_FORCE_CPU_ISA=GENERIC / AVX2     CTranslate2's own kernels (softmax, layer norm, quantization)
 #   ONEDNN_MAX_CPU_ISA=AVX2              CTranslate2's int8 matrix products as on a CPU without VNNI (AMD EPYC before
@@ -13,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TORCH_TESTS=(tests/test_modeling.py tests/test_generation.py)
-CT2_TESTS=(tests/test_ctranslate2.py)
+TORCH_TESTS=(tests/model/test_modeling.py tests/model/test_generation.py)
+CT2_TESTS=(tests/serving/test_ctranslate2_export.py)
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
 

@@ -15,7 +15,7 @@ from playwright.sync_api import sync_playwright
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for tests/
 
 from hf_vaswani_training.serving.explore import build_app, launch_options  # noqa: E402
-from tests.test_explore_browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
 
 SENTENCE = "The old dog does not sleep in the green garden ."
 OUTPUT_TOKEN = 8

@@ -16,29 +16,10 @@ from hf_vaswani_training import cli, usage
 from hf_vaswani_training.data.tokenizer import TRAINED_WITH_FILE, save_trained_tokenizer, train_joint_bpe
 from hf_vaswani_training.recipe.train import check_arguments, parse_arguments
 from hf_vaswani_training.serving.decoding import translate
-from tests.conftest import REPO_ROOT, tiny_model
+from tests.conftest import REPO_ROOT, TINY_RUN, assert_one_line_error, run_cli, tiny_model
 
 SENTENCES = ["A mouse sits .", "The old dog does not sleep .", "Twenty four birds stand .", "We read the letter ."]
 MODEL_MAX_LENGTH = 24
-# A tiny run of the embedded corpus; every test below fails before it would train.
-TINY_RUN = ["--preset", "tiny", "--vocab_size", "300", "--toy_num_train", "50", "--max_steps", "1"]
-TINY_RUN += ["--report_to", "none", "--save_strategy", "no", "--toy_num_validation", "5", "--toy_num_test", "5"]
-
-
-def run(command: str, *argv, capsys) -> tuple[int, str]:
-    status = getattr(cli, command)([str(a) for a in argv])
-    return status, capsys.readouterr().err
-
-
-def assert_one_line_error(status: int, stderr: str, command: str, *fragments: str) -> str:
-    """Exit status 2, stderr ends with exactly one `vaswani-COMMAND: error: ...` line holding every fragment."""
-    assert status == usage.EXIT_USAGE, stderr
-    assert "Traceback" not in stderr
-    errors = [line for line in stderr.splitlines() if line.startswith(f"vaswani-{command}: error: ")]
-    assert len(errors) == 1 and stderr.rstrip("\n").endswith(errors[0]), stderr
-    for fragment in fragments:
-        assert fragment in errors[0], (fragment, errors[0])
-    return errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +67,9 @@ def assert_nothing_written(output_dir):
 def test_translate_a_nonexistent_model_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # a clear local path is answered without the Hub anyway
     output = tmp_path / "out.txt"
-    status, stderr = run("translate", tmp_path / "no-such-model", "A mouse sits .", "--output", output, capsys=capsys)
+    status, stderr = run_cli(
+        "translate", tmp_path / "no-such-model", "A mouse sits .", "--output", output, capsys=capsys
+    )
     assert_one_line_error(status, stderr, "translate", f"MODEL_DIR {tmp_path / 'no-such-model'}", "no such folder")
     assert not output.exists()
 
@@ -94,7 +77,7 @@ def test_translate_a_nonexistent_model_folder(tmp_path, capsys, monkeypatch):
 def test_translate_a_hub_like_name_that_is_no_folder_offline(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    status, stderr = run("translate", "outputs/toy", "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", "outputs/toy", "A mouse sits .", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", "MODEL_DIR outputs/toy", "no such folder", "HF_HUB_OFFLINE")
 
 
@@ -103,7 +86,7 @@ def test_train_refuses_a_transformers_release_it_was_never_run_on(tmp_path, caps
     check = cli.check_training_transformers
     monkeypatch.setattr(cli, "check_training_transformers", lambda: check("5.0.0"))
     output_dir = tmp_path / "run"
-    status, stderr = run("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
     assert_one_line_error(
         status, stderr, "train", "this is 5.0.0", f'"transformers>={cli.TRAINING_MIN_TRANSFORMERS},<6"'
     )
@@ -112,7 +95,7 @@ def test_train_refuses_a_transformers_release_it_was_never_run_on(tmp_path, caps
 
 def test_train_from_a_nonexistent_model_folder(tmp_path, capsys):
     output_dir = tmp_path / "run"
-    status, stderr = run(
+    status, stderr = run_cli(
         "train", *TINY_RUN, "--model_name_or_path", tmp_path / "missing", "--output_dir", output_dir, capsys=capsys
     )
     assert_one_line_error(status, stderr, "train", f"--model_name_or_path {tmp_path / 'missing'}", "no such folder")
@@ -121,22 +104,22 @@ def test_train_from_a_nonexistent_model_folder(tmp_path, capsys):
 
 def test_a_corrupted_safetensors_file_is_one_line_everywhere(corrupted_model_dir, tmp_path, capsys):
     weights = str(corrupted_model_dir / "model.safetensors")
-    status, stderr = run("translate", corrupted_model_dir, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", corrupted_model_dir, "A mouse sits .", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", weights, "truncated or corrupted")
 
     out_dir = tmp_path / "onnx"
-    status, stderr = run("export", corrupted_model_dir, out_dir, capsys=capsys)
+    status, stderr = run_cli("export", corrupted_model_dir, out_dir, capsys=capsys)
     assert_one_line_error(status, stderr, "export", weights, "truncated or corrupted")
     assert not out_dir.exists()
 
     output_dir = tmp_path / "run"
-    status, stderr = run(
+    status, stderr = run_cli(
         "train", *TINY_RUN, "--model_name_or_path", corrupted_model_dir, "--output_dir", output_dir, capsys=capsys
     )
     assert_one_line_error(status, stderr, "train", weights, "truncated or corrupted")
     assert not output_dir.exists()
 
-    status, stderr = run("push", corrupted_model_dir, "user/model", "--dry-run", capsys=capsys)
+    status, stderr = run_cli("push", corrupted_model_dir, "user/model", "--dry-run", capsys=capsys)
     assert_one_line_error(status, stderr, "push", weights, "truncated or corrupted")
 
 
@@ -146,7 +129,7 @@ def test_a_garbage_safetensors_header(model_dir, tmp_path, capsys):
     for path in model_dir.iterdir():
         (folder / path.name).write_bytes(path.read_bytes())
     (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all" + bytes(64))
-    status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", folder, "A mouse sits .", capsys=capsys)
     assert_one_line_error(
         status, stderr, "translate", str(folder / "model.safetensors"), "is truncated or corrupted", "not valid JSON"
     )
@@ -154,20 +137,20 @@ def test_a_garbage_safetensors_header(model_dir, tmp_path, capsys):
 
 def test_a_model_folder_without_its_tokenizer(tmp_path, capsys):
     tiny_model().save_pretrained(tmp_path / "model")
-    status, stderr = run("translate", tmp_path / "model", "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", tmp_path / "model", "A mouse sits .", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", "the folder has no tokenizer", "save_pretrained")
 
 
 def test_a_hub_dataset_offline(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = [*TINY_RUN, "--dataset_name", "nobody/no-such-corpus", "--source_lang", "en", "--target_lang", "de"]
-    status, stderr = run("train", *argv, "--output_dir", tmp_path / "run", capsys=capsys)
+    status, stderr = run_cli("train", *argv, "--output_dir", tmp_path / "run", capsys=capsys)
     assert_one_line_error(status, stderr, "train", "--dataset_name nobody/no-such-corpus", "HF_HUB_OFFLINE")
     assert not (tmp_path / "run").exists()
 
 
 def test_a_folder_without_config_is_not_a_model(tmp_path, capsys):
-    status, stderr = run("export", tmp_path, tmp_path / "onnx", capsys=capsys)
+    status, stderr = run_cli("export", tmp_path, tmp_path / "onnx", capsys=capsys)
     assert_one_line_error(status, stderr, "export", "has no config.json")
 
 
@@ -177,7 +160,7 @@ def test_a_folder_without_config_is_not_a_model(tmp_path, capsys):
 def test_empty_train_files_stop_before_a_tokenizer_is_trained(tmp_path, capsys):
     prefix = write_pair(tmp_path / "data", "train", [b"", b"  "], [b"", b""])
     output_dir = tmp_path / "run"
-    status, stderr = run("train", *file_run(prefix, output_dir), capsys=capsys)
+    status, stderr = run_cli("train", *file_run(prefix, output_dir), capsys=capsys)
     assert_one_line_error(status, stderr, "train", str(tmp_path / "data" / "train.en"), "no sentence pairs")
     assert_nothing_written(output_dir)
 
@@ -185,7 +168,7 @@ def test_empty_train_files_stop_before_a_tokenizer_is_trained(tmp_path, capsys):
 def test_source_and_target_line_counts_differ(tmp_path, capsys):
     prefix = write_pair(tmp_path / "data", "train", [b"A mouse sits .", b"We read ."], [b"Oina Musa sittet ."])
     output_dir = tmp_path / "run"
-    status, stderr = run("train", *file_run(prefix, output_dir), capsys=capsys)
+    status, stderr = run_cli("train", *file_run(prefix, output_dir), capsys=capsys)
     line = assert_one_line_error(status, stderr, "train", "not line-aligned", "2 lines", "1 lines")
     assert str(tmp_path / "data" / "train.en") in line and str(tmp_path / "data" / "train.de") in line
     assert_nothing_written(output_dir)
@@ -195,7 +178,7 @@ def test_invalid_utf8_in_train_files_names_file_and_line(tmp_path, capsys):
     source = [b"A mouse sits .", b"The dog runs to the caf\xe9 ."]
     prefix = write_pair(tmp_path / "data", "train", source, [b"Oina Musa sittet .", b"Don Hund rinnet ."])
     output_dir = tmp_path / "run"
-    status, stderr = run("train", *file_run(prefix, output_dir), capsys=capsys)
+    status, stderr = run_cli("train", *file_run(prefix, output_dir), capsys=capsys)
     assert_one_line_error(status, stderr, "train", f"{tmp_path / 'data' / 'train.en'}:2", "UTF-8")
     assert_nothing_written(output_dir)
 
@@ -203,14 +186,14 @@ def test_invalid_utf8_in_train_files_names_file_and_line(tmp_path, capsys):
 def test_missing_data_dir(tmp_path, capsys):
     output_dir = tmp_path / "run"
     argv = [*TINY_RUN, "--data_dir", tmp_path / "nope", "--source_lang", "en", "--target_lang", "de"]
-    status, stderr = run("train", *argv, "--output_dir", output_dir, capsys=capsys)
+    status, stderr = run_cli("train", *argv, "--output_dir", output_dir, capsys=capsys)
     assert_one_line_error(status, stderr, "train", f"--data_dir {tmp_path / 'nope'}", "no such folder")
     assert not output_dir.exists()
 
 
 def test_missing_train_file(tmp_path, capsys):
     output_dir = tmp_path / "run"
-    status, stderr = run("train", *file_run(tmp_path / "absent.jsonl", output_dir), capsys=capsys)
+    status, stderr = run_cli("train", *file_run(tmp_path / "absent.jsonl", output_dir), capsys=capsys)
     assert_one_line_error(status, stderr, "train", str(tmp_path / "absent.jsonl"), "does not exist")
     assert_nothing_written(output_dir)
 
@@ -228,7 +211,7 @@ def test_a_tokenizer_trained_with_another_vocab_size_is_not_reused(tmp_path, cap
     output_dir = tmp_path / "run"
     _tokenizer_in(output_dir, vocab_size=4, min_frequency=2, source_lang="en", target_lang="tt")
     before = sorted(p.name for p in output_dir.iterdir())
-    status, stderr = run("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
     assert_one_line_error(status, stderr, "train", "--vocab_size 300", "trained with vocab_size=4", "--output_dir")
     assert sorted(p.name for p in output_dir.iterdir()) == before  # not overwritten either
 
@@ -237,7 +220,7 @@ def test_a_tokenizer_with_no_record_is_not_reused(tmp_path, capsys):
     output_dir = tmp_path / "run"
     _tokenizer_in(output_dir, vocab_size=300, min_frequency=2)
     (output_dir / TRAINED_WITH_FILE).unlink()  # as a run of an older version, or a copy by hand, leaves it
-    status, stderr = run("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
     assert_one_line_error(status, stderr, "train", "no record", f"--tokenizer_name_or_path {output_dir}")
 
 
@@ -257,58 +240,58 @@ def test_a_tokenizer_trained_with_the_same_options_is_reused(tmp_path):
 def test_a_recipe_key_typo_names_the_recipe_and_the_closest_key(tmp_path, capsys, typo):
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({"preset": "tiny", typo: 3, "output_dir": str(tmp_path / "run")}))
-    status, stderr = run("train", recipe, capsys=capsys)
+    status, stderr = run_cli("train", recipe, capsys=capsys)
     assert_one_line_error(status, stderr, "train", str(recipe), f"unknown key '{typo}'", "did you mean 'max_steps'")
     assert not (tmp_path / "run").exists()
 
 
 def test_no_prefix_matching_on_the_command_line(tmp_path, capsys):
-    status, stderr = run("train", *TINY_RUN, "--max_step", "3", "--output_dir", tmp_path / "run", capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--max_step", "3", "--output_dir", tmp_path / "run", capsys=capsys)
     assert_one_line_error(status, stderr, "train", "unknown option --max_step", "did you mean --max_steps")
-    status, stderr = run("translate", tmp_path, "A .", "--num_beam", "3", capsys=capsys)
+    status, stderr = run_cli("translate", tmp_path, "A .", "--num_beam", "3", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", "unknown option --num_beam", "did you mean --num_beams")
 
 
 def test_a_bad_value_in_a_recipe_names_the_recipe(tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("preset: tiny\nmax_steps: lots\n")
-    status, stderr = run("train", recipe, capsys=capsys)
+    status, stderr = run_cli("train", recipe, capsys=capsys)
     assert_one_line_error(status, stderr, "train", str(recipe), "max_steps", "'lots'")
 
 
 def test_recipes_by_name(tmp_path, capsys):
     model_args, _, training_args = parse_arguments(["toy", "--output_dir", str(tmp_path)])
     assert model_args.preset == "toy" and training_args.max_steps == 1200
-    status, stderr = run("train", "toyy", capsys=capsys)
+    status, stderr = run_cli("train", "toyy", capsys=capsys)
     assert_one_line_error(status, stderr, "train", "recipe toyy", "did you mean toy?")
 
 
 def test_generation_num_beams_zero(tmp_path, capsys):
-    status, stderr = run("train", *TINY_RUN, "--generation_num_beams", "0", "--output_dir", tmp_path, capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--generation_num_beams", "0", "--output_dir", tmp_path, capsys=capsys)
     assert_one_line_error(status, stderr, "train", "--generation_num_beams 0", "1 or more")
 
 
 def test_unknown_preset_and_output_dir_that_is_a_file(tmp_path, capsys):
-    status, stderr = run("train", *TINY_RUN, "--preset", "tinny", "--output_dir", tmp_path / "run", capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--preset", "tinny", "--output_dir", tmp_path / "run", capsys=capsys)
     assert_one_line_error(status, stderr, "train", "tinny", "did you mean tiny?")
     afile = tmp_path / "afile"
     afile.write_text("")
-    status, stderr = run("train", *TINY_RUN, "--output_dir", afile, capsys=capsys)
+    status, stderr = run_cli("train", *TINY_RUN, "--output_dir", afile, capsys=capsys)
     assert_one_line_error(status, stderr, "train", f"--output_dir {afile}", "is a file")
 
 
 @pytest.mark.parametrize("offset", ["-5", "-100"])
 def test_translate_negative_max_length_offset(model_dir, capsys, offset):
-    status, stderr = run("translate", model_dir, "A mouse sits .", "--max_length_offset", offset, capsys=capsys)
+    status, stderr = run_cli("translate", model_dir, "A mouse sits .", "--max_length_offset", offset, capsys=capsys)
     assert_one_line_error(status, stderr, "translate", "--max_length_offset", f"{offset} must be 0 or more")
 
 
 def test_translate_zero_beams_and_missing_input(model_dir, tmp_path, capsys):
-    status, stderr = run("translate", model_dir, "A mouse sits .", "--num_beams", "0", capsys=capsys)
+    status, stderr = run_cli("translate", model_dir, "A mouse sits .", "--num_beams", "0", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", "--num_beams", "positive integer")
-    status, stderr = run("translate", model_dir, "--input", tmp_path / "absent.txt", capsys=capsys)
+    status, stderr = run_cli("translate", model_dir, "--input", tmp_path / "absent.txt", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", f"--input {tmp_path / 'absent.txt'}", "no such file")
-    status, stderr = run("translate", model_dir, "A .", "--output", tmp_path / "no" / "out.txt", capsys=capsys)
+    status, stderr = run_cli("translate", model_dir, "A .", "--output", tmp_path / "no" / "out.txt", capsys=capsys)
     assert_one_line_error(status, stderr, "translate", "--output", "does not exist")
 
 
@@ -318,7 +301,7 @@ def test_translate_zero_beams_and_missing_input(model_dir, tmp_path, capsys):
 def test_attention_plot_without_matplotlib(model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     plot, output = tmp_path / "attention.png", tmp_path / "out.txt"
-    status, stderr = run(
+    status, stderr = run_cli(
         "translate", model_dir, "A mouse sits .", "--attention-plot", plot, "--output", output, capsys=capsys
     )
     assert_one_line_error(status, stderr, "translate", "--attention-plot", 'pip install "hf-vaswani[plot]"')
@@ -328,7 +311,7 @@ def test_attention_plot_without_matplotlib(model_dir, tmp_path, capsys, monkeypa
 def test_export_without_onnxscript(model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxscript", None)
     out_dir = tmp_path / "onnx"
-    status, stderr = run("export", model_dir, out_dir, capsys=capsys)
+    status, stderr = run_cli("export", model_dir, out_dir, capsys=capsys)
     assert_one_line_error(status, stderr, "export", "onnxscript", 'pip install "hf-vaswani[export]"')
     assert not out_dir.exists()
 
@@ -340,7 +323,7 @@ def test_a_20000_word_line_is_truncated_with_a_warning(model_dir, capsys, caplog
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     long_line = " ".join(["mouse"] * 20_000)
-    status, stderr = run("translate", model_dir, long_line, "--greedy", "--max_length_offset", "2", capsys=capsys)
+    status, stderr = run_cli("translate", model_dir, long_line, "--greedy", "--max_length_offset", "2", capsys=capsys)
     assert status == 0, stderr
     assert "1 of 1 sentences are longer than 24 tokens (the tokenizer's model_max_length)" in caplog.text
     assert "truncated" in caplog.text and "indexing errors" not in caplog.text + stderr

@@ -12,23 +12,23 @@ import torch
 
 from hf_vaswani import generation_vaswani, row_dropping_vaswani
 from hf_vaswani.configuration_vaswani import SUPPORTED_TRANSFORMERS
-from tests.test_generation import _decoder_rows_computed, _sources, _trained_model
+from tests.conftest import decoder_rows_computed, source_batch, trained_copy_model
 
 
 @pytest.fixture(scope="module")
 def trained():
-    return _trained_model()
+    return trained_copy_model()
 
 
 def _generate_both_ways(model, monkeypatch, **kwargs):
     """generate() as on this release, then as on a release whose private members differ (forced fallback)."""
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5, 2), seed=4)
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5, 2), seed=4)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     with torch.no_grad():
-        ours, our_rows = _decoder_rows_computed(model, **kwargs)
+        ours, our_rows = decoder_rows_computed(model, **kwargs)
         for name in ("GREEDY_MISMATCH", "BEAM_SEARCH_MISMATCH"):
             monkeypatch.setattr(row_dropping_vaswani, name, "GenerationMixin._prefill differs (test)")
-        fallback, fallback_rows = _decoder_rows_computed(model, **kwargs)
+        fallback, fallback_rows = decoder_rows_computed(model, **kwargs)
     return ours, our_rows, fallback, fallback_rows
 
 
@@ -51,7 +51,7 @@ def test_fallback_to_the_stock_loop_gives_the_same_tokens(trained, monkeypatch, 
 def test_fallback_keeps_gnmt_and_the_source_length_limit(trained, monkeypatch):
     """In the stock loop the two scoring hooks still apply GNMT: the ranking differs from Hugging Face's penalty."""
     monkeypatch.setattr(row_dropping_vaswani, "BEAM_SEARCH_MISMATCH", "forced (test)")
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5, 2), seed=4)
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5, 2), seed=4)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, num_return_sequences=4)
     kwargs.update(output_scores=True, return_dict_in_generate=True, length_penalty=0.6)
     with torch.no_grad():
@@ -71,7 +71,7 @@ def test_fallback_keeps_gnmt_and_the_source_length_limit(trained, monkeypatch):
 
 def test_gnmt_is_refused_where_its_hooks_differ(trained, monkeypatch):
     monkeypatch.setattr(generation_vaswani, "_GNMT_HOOK_MISMATCH", "GenerationMixin._update_finished_beams differs")
-    input_ids, attention_mask = _sources(lengths=(4, 3))
+    input_ids, attention_mask = source_batch(lengths=(4, 3))
     with pytest.raises(NotImplementedError, match="length_penalty_type='gnmt' needs") as error:
         trained.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
     assert "_update_finished_beams differs" in str(error.value)
@@ -100,7 +100,7 @@ def test_signature_check_finds_a_changed_private_member(monkeypatch):
 
 def test_the_loop_used_is_logged_once_at_debug_level(trained, caplog):
     generation_vaswani._log_loop.cache_clear()
-    input_ids, attention_mask = _sources(lengths=(4, 3))
+    input_ids, attention_mask = source_batch(lengths=(4, 3))
     with caplog.at_level(logging.DEBUG, logger=generation_vaswani.logger.name), torch.no_grad():
         for _ in range(2):
             trained.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=3)

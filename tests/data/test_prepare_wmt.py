@@ -13,8 +13,8 @@ from hf_vaswani_training.data.corpora import ParallelDataError, load_parallel_da
 from hf_vaswani_training.data.prepare_wmt import main as prepare_main
 from hf_vaswani_training.data.prepare_wmt import prepare
 from hf_vaswani_training.recipe.train import load_preset, main, parse_arguments
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = REPO_ROOT / "training" / "recipe" / "recipes"
 
 

@@ -34,8 +34,7 @@ from hf_vaswani_training.recipe.run_record import RunRecord
 from hf_vaswani_training.recipe.train import main, stopped_early
 from hf_vaswani_training.serving.push import files_to_push
 from hf_vaswani_training.usage import UsageError, find_recipe, read_recipe
-from tests.conftest import REPO_ROOT
-from tests.test_train import TINY
+from tests.conftest import REPO_ROOT, TINY
 
 
 def fake_checkpoint(directory: Path, step: int) -> Path:

@@ -1,8 +1,8 @@
 """Fault injection: bad inputs to the model, killed and crashing training runs, broken files.
 
 Each test feeds one fault and checks the outcome: a clear error that names the culprit, or a recovery that ends
-exactly where an undisturbed run ends. Impossible configs (tests/test_config.py), a tokenizer larger than the
-model (tests/test_train.py) and bad data files (tests/test_data.py) are tested where they live.
+exactly where an undisturbed run ends. Impossible configs (tests/model/test_config.py), a tokenizer larger than the
+model (tests/recipe/test_train.py) and bad data files (tests/data/test_corpora.py) are tested where they live.
 """
 
 import ast
@@ -35,8 +35,7 @@ from hf_vaswani_training.recipe.average_checkpoints import main as average_main
 from hf_vaswani_training.recipe.checkpoints import checkpoint_problem, last_complete_checkpoint
 from hf_vaswani_training.recipe.train import main
 from hf_vaswani_training.recipe.trainer import NonFiniteLossError, VaswaniTrainer
-from tests.conftest import REPO_ROOT, tiny_model
-from tests.test_train import TINY
+from tests.conftest import REPO_ROOT, TINY, tiny_model
 
 PAD, BOS, EOS = 1, 0, 2
 

@@ -16,9 +16,8 @@ import torch
 from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.recipe.train import main
 from hf_vaswani_training.serving.push import ModelFolderError, files_to_push, validate_model_folder
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, TINY
 from tests.hub_stub import HubStub, hub_env, hub_stub  # noqa: F401  (hub_stub is a fixture)
-from tests.test_train import TINY
 
 SENTENCES = ["The dog sees a small house .", "Here I am rich under her soft box .", "The pig sings ."]
 MODEL_FILES = {

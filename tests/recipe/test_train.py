@@ -11,23 +11,7 @@ from safetensors.torch import load_file
 
 from hf_vaswani_training.data.batching import TokenBatchSampler
 from hf_vaswani_training.recipe.train import check_tokenizer_fits, main, parse_arguments
-from tests.conftest import REPO_ROOT
-
-TINY = [
-    "--preset", "tiny",
-    "--vocab_size", "300",
-    "--toy_num_train", "400",
-    "--toy_num_validation", "20",
-    "--toy_num_test", "20",
-    "--max_tokens", "512",
-    "--warmup_steps", "20",
-    "--logging_steps", "2",
-    "--save_steps", "3",
-    "--max_length_offset", "5",
-    "--report_to", "none",
-    "--dataloader_num_workers", "0",
-    "--seed", "7",
-]  # fmt: skip
+from tests.conftest import REPO_ROOT, TINY
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,23 @@ from transformers import (
     AutoModel,
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
-    PreTrainedTokenizerFast,
     Seq2SeqTrainer,
-    Seq2SeqTrainingArguments,
 )
 
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
-from tests.conftest import tiny_config, tiny_model
+from tests.conftest import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    VOCAB,
+    copy_examples,
+    examples_dataset,
+    seq2seq_training_args,
+    tiny_config,
+    tiny_model,
+    word_level_tokenizer,
+)
 
 # Outputs of two model objects holding the same weights (the original and its reloaded copy) run the same arithmetic,
 # but not bit for bit: CPU BLAS/oneDNN kernels choose their blocking (and so their summation order) by memory
@@ -36,8 +46,6 @@ from tests.conftest import tiny_config, tiny_model
 # themselves are compared exactly: save/load copies bytes.
 SAME_WEIGHTS_TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.float64: {"rtol": 1e-12, "atol": 1e-12}}
 
-BOS, PAD, EOS, UNK = 0, 1, 2, 3
-VOCAB = 64
 TIED = ("lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
 
 
@@ -51,57 +59,14 @@ def _sources(lengths=(7, 4, 6), seed=0):
     return input_ids, (input_ids != PAD).long()
 
 
-def _copy_examples(count: int, seed: int = 0, min_length: int = 2, max_length: int = 6) -> list[dict]:
-    """Copy-task examples of varying length: the labels are the source tokens, both ending in EOS."""
-    generator = torch.Generator().manual_seed(seed)
-    examples = []
-    for _ in range(count):
-        length = int(torch.randint(min_length, max_length + 1, (1,), generator=generator))
-        tokens = torch.randint(4, 20, (length,), generator=generator).tolist() + [EOS]
-        examples.append({"input_ids": tokens, "labels": list(tokens)})
-    return examples
-
-
-def _dataset(examples: list[dict]):
-    from datasets import Dataset
-
-    return Dataset.from_list(examples)
-
-
-def _tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer whose vocabulary is the tiny model's: <s>=0, <pad>=1, </s>=2, <unk>=3, t4..t63."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, "<unk>": UNK} | {f"t{i}": i for i in range(4, VOCAB)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-
-
-def _training_args(tmp_path, **overrides) -> Seq2SeqTrainingArguments:
-    values = dict(
-        output_dir=str(tmp_path / "trainer"),
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
-    values.update(overrides)
-    return Seq2SeqTrainingArguments(**values)
-
-
 def _train_copy_task(steps: int = 120) -> VaswaniForConditionalGeneration:
     """A tiny model fitted for a few steps to the copy task, so that greedy and beam outputs are not trivial."""
     torch.manual_seed(0)
     model = tiny_model(seed=0).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
-    collator = DataCollatorForSeq2Seq(_tokenizer(), model=model)
+    collator = DataCollatorForSeq2Seq(word_level_tokenizer(), model=model)
     for step in range(steps):
-        batch = collator(_copy_examples(32, seed=1000 + step))
+        batch = collator(copy_examples(32, seed=1000 + step))
         loss = model(**batch).loss
         optimizer.zero_grad()
         loss.backward()
@@ -417,7 +382,7 @@ def test_half_precision_round_trip_keeps_dtype(tmp_path, dtype):
 
 
 def test_tokenizer_matches_the_tiny_vocabulary():
-    tokenizer = _tokenizer()
+    tokenizer = word_level_tokenizer()
     assert len(tokenizer) == VOCAB
     special_ids = (tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id)
     assert special_ids == (BOS, PAD, EOS, UNK)
@@ -433,9 +398,9 @@ def test_collator_makes_decoder_inputs_with_the_models_shift(monkeypatch):
         return VaswaniForConditionalGeneration.prepare_decoder_input_ids_from_labels(model, labels)
 
     monkeypatch.setattr(model, "prepare_decoder_input_ids_from_labels", spy)
-    examples = _copy_examples(6, seed=1)
+    examples = copy_examples(6, seed=1)
     assert len({len(example["labels"]) for example in examples}) > 1
-    batch = DataCollatorForSeq2Seq(_tokenizer(), model=model)(examples)
+    batch = DataCollatorForSeq2Seq(word_level_tokenizer(), model=model)(examples)
     assert len(shifts) == 1 and torch.equal(shifts[0], batch["labels"])
     labels, decoder_input_ids = batch["labels"], batch["decoder_input_ids"]
     assert (labels == -100).any() and (batch["input_ids"] == PAD).any()
@@ -446,9 +411,9 @@ def test_collator_makes_decoder_inputs_with_the_models_shift(monkeypatch):
 
 def test_seq2seq_trainer_with_label_smoothing_trains(tmp_path):
     model = tiny_model()
-    tokenizer = _tokenizer()
+    tokenizer = word_level_tokenizer()
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
-    examples = _copy_examples(64, seed=2)
+    examples = copy_examples(64, seed=2)
     collated = []
 
     def recording_collator(features):
@@ -456,7 +421,7 @@ def test_seq2seq_trainer_with_label_smoothing_trains(tmp_path):
         collated.append(batch)
         return batch
 
-    args = _training_args(
+    args = seq2seq_training_args(
         tmp_path,
         per_device_train_batch_size=8,
         max_steps=30,
@@ -468,7 +433,7 @@ def test_seq2seq_trainer_with_label_smoothing_trains(tmp_path):
     trainer = Seq2SeqTrainer(
         model=model,
         args=args,
-        train_dataset=_dataset(examples),
+        train_dataset=examples_dataset(examples),
         data_collator=recording_collator,
         processing_class=tokenizer,
     )
@@ -514,7 +479,7 @@ def _one_sgd_step(tmp_path, examples, batch_size, accumulation, accepts_loss_kwa
     if not accepts_loss_kwargs:
         model.accepts_loss_kwargs = False  # the Trainer then averages per micro-batch and divides by the steps
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
-    args = _training_args(
+    args = seq2seq_training_args(
         tmp_path / f"{batch_size}x{accumulation}-{accepts_loss_kwargs}",
         per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=accumulation,
@@ -528,11 +493,11 @@ def _one_sgd_step(tmp_path, examples, batch_size, accumulation, accepts_loss_kwa
         train_sampling_strategy="sequential",
         dataloader_drop_last=False,
     )
-    tokenizer = _tokenizer()
+    tokenizer = word_level_tokenizer()
     trainer = Seq2SeqTrainer(
         model=model,
         args=args,
-        train_dataset=_dataset(examples),
+        train_dataset=examples_dataset(examples),
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
     )
@@ -544,7 +509,7 @@ def _one_sgd_step(tmp_path, examples, batch_size, accumulation, accepts_loss_kwa
 
 def test_gradient_accumulation_through_the_trainer_is_exact(tmp_path):
     # Unequal label lengths (2, 7, 4, 3 tokens), so that a mean of per-micro-batch means is not the token mean.
-    examples = [_copy_examples(1, seed=seed, min_length=n, max_length=n)[0] for seed, n in enumerate((1, 6, 3, 2))]
+    examples = [copy_examples(1, seed=seed, min_length=n, max_length=n)[0] for seed, n in enumerate((1, 6, 3, 2))]
     total_tokens = sum(len(example["labels"]) for example in examples)
 
     before, whole, whole_calls = _one_sgd_step(tmp_path, examples, batch_size=4, accumulation=1)
@@ -558,7 +523,7 @@ def test_gradient_accumulation_through_the_trainer_is_exact(tmp_path):
 
     # Reference: one SGD step on the token-mean loss over the four examples, computed directly.
     reference = tiny_model(seed=0).train()
-    reference(**DataCollatorForSeq2Seq(_tokenizer(), model=reference)(examples)).loss.backward()
+    reference(**DataCollatorForSeq2Seq(word_level_tokenizer(), model=reference)(examples)).loss.backward()
     for name, parameter in reference.named_parameters():
         expected = before[name] - _SGD_LR * parameter.grad
         torch.testing.assert_close(whole[name], expected, atol=1e-6, rtol=1e-5, msg=name)
@@ -574,10 +539,10 @@ def test_gradient_accumulation_through_the_trainer_is_exact(tmp_path):
 
 
 def test_predict_with_generate_through_the_trainer(trained, tmp_path):
-    tokenizer = _tokenizer()
+    tokenizer = word_level_tokenizer()
     collator = DataCollatorForSeq2Seq(tokenizer, model=trained)
-    examples = _copy_examples(6, seed=7)
-    args = _training_args(
+    examples = copy_examples(6, seed=7)
+    args = seq2seq_training_args(
         tmp_path,
         per_device_eval_batch_size=2,
         predict_with_generate=True,
@@ -599,7 +564,7 @@ def test_predict_with_generate_through_the_trainer(trained, tmp_path):
     trainer = Seq2SeqTrainer(
         model=trained,
         args=args,
-        eval_dataset=_dataset(examples),
+        eval_dataset=examples_dataset(examples),
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
@@ -614,7 +579,7 @@ def test_predict_with_generate_through_the_trainer(trained, tmp_path):
     expected_loss = (sum(batch_losses) / 3).item()
     assert metrics["eval_loss"] == pytest.approx(expected_loss, rel=1e-5)
 
-    output = trainer.predict(_dataset(examples))
+    output = trainer.predict(examples_dataset(examples))
     predictions = torch.as_tensor(output.predictions).masked_fill(torch.as_tensor(output.predictions) == -100, PAD)
     assert predictions.shape[0] == 6
     assert output.metrics["test_exact_match"] == metrics["eval_exact_match"]

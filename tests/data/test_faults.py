@@ -21,7 +21,7 @@ from hf_vaswani_training.data.corpora import load_parallel_data
 from hf_vaswani_training.data.prepare_wmt import prepare
 from hf_vaswani_training.data.textfiles import ParallelDataError
 from hf_vaswani_training.data.tokenizer import load_or_train_tokenizer
-from tests.test_cli_errors import TINY_RUN, assert_one_line_error, run
+from tests.conftest import TINY_RUN, assert_one_line_error, run_cli
 
 DE = ["Ein Hund läuft .", "Zwei Männer lesen", "Guten Morgen"]
 EN = ["A dog runs .", "Two men read", "Good morning"]
@@ -103,7 +103,7 @@ def test_vaswani_train_reports_them_in_one_line(tmp_path: Path, capsys: pytest.C
     _write(data / "train.en", [EN[0], "Two\x00men", EN[2]])
     train_file = data / "train" if fault == "nul" else data
     argv = [*TINY_RUN, "--source_lang", "de", "--target_lang", "en", "--train_file", train_file]
-    status, stderr = run("train", *argv, "--output_dir", tmp_path / "run", capsys=capsys)
+    status, stderr = run_cli("train", *argv, "--output_dir", tmp_path / "run", capsys=capsys)
     expected = (
         f"{data / 'train.en'}:2: control character U+0000" if fault == "nul" else f"--train_file {data}: is a folder"
     )

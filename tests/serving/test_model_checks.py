@@ -15,8 +15,7 @@ from hf_vaswani_training import usage
 from hf_vaswani_training.data import tokenizer as tokenizer_module
 from hf_vaswani_training.data.tokenizer import save_trained_tokenizer, train_joint_bpe
 from hf_vaswani_training.serving import explore, export, push
-from tests.conftest import tiny_model
-from tests.test_cli_errors import assert_one_line_error, run
+from tests.conftest import assert_one_line_error, run_cli, tiny_model
 
 SENTENCES = ["A mouse sits .", "The old dog does not sleep .", "Twenty four birds stand .", "We read the letter ."]
 
@@ -69,7 +68,7 @@ def nan_dir(tmp_path_factory, tokenizer):
 
 
 def test_translate_refuses_nan_weights_naming_the_file_and_tensor(nan_dir, capsys):
-    status, stderr = run("translate", nan_dir, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", nan_dir, "A mouse sits .", capsys=capsys)
     assert_one_line_error(
         status,
         stderr,
@@ -89,7 +88,7 @@ def test_export_explorer_and_training_refuse_nan_weights(nan_dir, tmp_path, caps
     output_dir = tmp_path / "run"
     run_args = ["--model_name_or_path", nan_dir, "--toy_num_train", "20", "--toy_num_validation", "2"]
     run_args += ["--toy_num_test", "2", "--max_steps", "1", "--report_to", "none", "--output_dir", output_dir]
-    status, stderr = run("train", *run_args, capsys=capsys)
+    status, stderr = run_cli("train", *run_args, capsys=capsys)
     assert_one_line_error(status, stderr, "train", str(nan_dir / "model.safetensors"), "not finite")
 
 
@@ -109,12 +108,12 @@ def test_a_tokenizer_of_another_size_is_refused(good_dir, tmp_path, capsys):
     assert len(other) != 64
     folder = copy_of(good_dir, tmp_path)
     other.save_pretrained(folder)  # another model's tokenizer files, the folder's record left as it was
-    status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", folder, "A mouse sits .", capsys=capsys)
     assert_one_line_error(
         status, stderr, "translate", f"{folder / 'tokenizer.json'} has {len(other)} tokens but", "records 64"
     )
     (folder / usage.TRAINED_WITH_FILE).unlink()  # no record: the config's vocab_size is compared
-    status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", folder, "A mouse sits .", capsys=capsys)
     assert_one_line_error(
         status,
         stderr,
@@ -135,7 +134,7 @@ def test_special_token_ids_that_differ_are_refused(good_dir, tmp_path, capsys):
     config = json.loads((folder / "config.json").read_text())
     config["pad_token_id"] = 3
     (folder / "config.json").write_text(json.dumps(config))
-    status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", folder, "A mouse sits .", capsys=capsys)
     assert_one_line_error(
         status,
         stderr,
@@ -148,7 +147,7 @@ def test_a_record_that_contradicts_results_json_is_refused(good_dir, tmp_path, c
     folder = copy_of(good_dir, tmp_path)
     results = {"model_args": {"vocab_size": 8000, "bpe_min_frequency": 1}, "source_lang": "en", "target_lang": "de"}
     (folder / "results.json").write_text(json.dumps(results))
-    status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", folder, "A mouse sits .", capsys=capsys)
     assert_one_line_error(
         status, stderr, "translate", "trained with vocab_size=64", "results.json says the model was trained with"
     )
@@ -165,13 +164,13 @@ def test_a_config_of_another_model_type_is_named(good_dir, tmp_path, capsys, mod
     if model_type is not None:
         config["model_type"] = model_type
     (folder / "config.json").write_text(json.dumps(config))
-    status, stderr = run("translate", folder, "A mouse sits .", capsys=capsys)
+    status, stderr = run_cli("translate", folder, "A mouse sits .", capsys=capsys)
     line = assert_one_line_error(
         status, stderr, "translate", f"{folder / 'config.json'}: ", "not a vaswani model (this tool serves hf-vaswani"
     )
     assert ("model_type 'bert'" in line) == (model_type == "bert")
     assert "trust_remote_code" not in line
-    status, stderr = run("export", folder, tmp_path / "onnx", capsys=capsys)
+    status, stderr = run_cli("export", folder, tmp_path / "onnx", capsys=capsys)
     assert_one_line_error(status, stderr, "export", "not a vaswani model")
 
 

@@ -1,4 +1,5 @@
-"""The attention explorer's functions, without a browser (tests/test_explore_browser.py drives the page itself)."""
+"""The attention explorer's functions, without a browser (tests/serving/test_explore_browser.py drives the page
+itself)."""
 
 import os
 import shutil
@@ -13,39 +14,11 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vaswani import sinusoidal_position_encoding
 from hf_vaswani_training.serving.attention_plot import display_tokens
-from tests.conftest import REPO_ROOT, tiny_model
+from tests.conftest import MAX_SOURCE_TOKENS, REPO_ROOT, SENTENCE, make_model_folder
 
 pytest.importorskip("gradio", reason='the explorer needs gradio: pip install -e ".[dev]"')
 
 from hf_vaswani_training.serving import explore  # noqa: E402
-
-SENTENCE = "The old dog does not sleep in the green garden ."
-MAX_SOURCE_TOKENS = 40  # the tokenizer's model_max_length: long sentences are cut to this
-
-
-def make_model_folder(folder: Path, max_length_offset: int = 8) -> Path:
-    """A complete model folder in seconds: a BPE tokenizer trained on toy-corpus sentences and a tiny model with
-    random weights. Random weights give outputs that differ by head, layer and decoding (a model trained for a few
-    steps ends every sentence at once); the generation config is the paper's (beam 4, GNMT 0.6) with a short
-    length limit so beam search stays fast."""
-    from hf_vaswani_training.data.tokenizer import train_joint_bpe
-    from hf_vaswani_training.data.toy_corpus import generate_corpus
-
-    corpus = generate_corpus(num_train=300, num_validation=0, num_test=0)["train"]
-    texts = [text for pair in corpus for text in (pair["en"], pair["tt"])]
-    tokenizer = train_joint_bpe(texts, vocab_size=300, model_max_length=MAX_SOURCE_TOKENS)
-    model = tiny_model(
-        seed=0,
-        vocab_size=len(tokenizer),
-        bos_token_id=tokenizer.bos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-    )
-    model.generation_config.max_length_offset = max_length_offset
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,8 @@ from datasets import Dataset, Features, Translation
 
 from hf_vaswani_training.data.prepare_wmt import prepare
 from hf_vaswani_training.data.toy_corpus import generate_corpus
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, assert_one_line_error, make_hub_folder
 from tests.hub_stub import HubStub, hub_env
-from tests.test_cli_errors import assert_one_line_error
-from tests.test_data import make_hub_folder
 
 REPO_ID = "user/wmt-mini"
 SIZES = {"train": 60, "validation": 6, "test": 6}

@@ -11,9 +11,8 @@ import yaml
 from hf_vaswani_training.recipe.model_card import TEMPLATE, render_model_card
 from hf_vaswani_training.recipe.run_record import RunRecord, Sample
 from hf_vaswani_training.recipe.train import main
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, TINY
 from tests.hub_stub import validate_card_metadata
-from tests.test_train import TINY
 
 PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 

@@ -1,5 +1,4 @@
 import copy
-import functools
 import warnings
 
 import pytest
@@ -9,60 +8,28 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vaswani import PAPER_DECODING, gnmt_length_penalty, set_paper_decoding
 from hf_vaswani.compat_vaswani import CACHE_NAME, output_cache
-from tests.conftest import tiny_model
-
-PAD, BOS, EOS = 1, 0, 2
-
-
-def _sources(seed=0, lengths=(6, 3, 5), vocab=64):
-    """A right-padded batch of sources, each ending in EOS."""
-    generator = torch.Generator().manual_seed(seed)
-    width = max(lengths)
-    input_ids = torch.full((len(lengths), width), PAD)
-    for row, length in enumerate(lengths):
-        input_ids[row, : length - 1] = torch.randint(3, vocab, (length - 1,), generator=generator)
-        input_ids[row, length - 1] = EOS
-    return input_ids, (input_ids != PAD).long()
-
-
-def _copy_batch(size: int, generator: torch.Generator | None = None):
-    """Sources of 2-6 random tokens plus EOS; the labels are the same tokens (a copy task)."""
-    lengths = torch.randint(2, 7, (size,), generator=generator)
-    tokens = torch.randint(3, 20, (size, 6), generator=generator)
-    input_ids = torch.full((size, 7), PAD)
-    labels = torch.full((size, 7), -100)
-    for row, length in enumerate(lengths.tolist()):
-        input_ids[row, :length] = labels[row, :length] = tokens[row, :length]
-        input_ids[row, length] = labels[row, length] = EOS
-    return input_ids, (input_ids != PAD).long(), labels
-
-
-@functools.cache
-def _trained_model():
-    """A tiny model fitted for a few steps to a copy task, so generation has non-degenerate preferences
-    (outputs of several lengths, EOS neither immediate nor never)."""
-    torch.manual_seed(0)
-    model = tiny_model(dropout=0.0).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
-    for _ in range(100):
-        input_ids, attention_mask, labels = _copy_batch(32)
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+from tests.conftest import (
+    BOS,
+    EOS,
+    PAD,
+    copy_task_batch,
+    decoder_rows_computed,
+    source_batch,
+    tiny_model,
+    trained_copy_model,
+)
 
 
 @pytest.fixture(scope="module")
 def trained():
-    return _trained_model()
+    return trained_copy_model()
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_incremental_decoding_equals_full_forward(attn_implementation):
     model = tiny_model(attn_implementation=attn_implementation)
-    input_ids, attention_mask = _sources()
+    input_ids, attention_mask = source_batch()
     decoder_input_ids = torch.randint(3, 64, (3, 7))
     decoder_input_ids[:, 0] = BOS
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
@@ -90,7 +57,7 @@ def test_incremental_decoding_equals_full_forward(attn_implementation):
 def test_generate_feeds_each_step_the_cache_of_the_steps_before(trained, num_beams, drop_finished_rows):
     # transformers 5.24 renamed the cache argument (past_key_values -> cache): a model taking only the old name got
     # no cache from generate(), built an empty one each step and decoded every token without its history.
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5), vocab=20)
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5), vocab=20)
     cache_lengths = []
 
     def record(module, args, kwargs):
@@ -113,7 +80,7 @@ def test_generate_feeds_each_step_the_cache_of_the_steps_before(trained, num_bea
 
 
 def test_the_cache_is_also_taken_under_its_name_before_transformers_5_24(trained):
-    input_ids, attention_mask = _sources(vocab=20)
+    input_ids, attention_mask = source_batch(vocab=20)
     decoder_input_ids = torch.full((3, 1), BOS)
     with torch.no_grad():
         encoder_outputs = trained.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
@@ -143,7 +110,7 @@ def test_cross_attention_keys_and_values_are_projected_once_per_source(trained):
     for layer in trained.model.decoder.layers:
         hooks.append(layer.encoder_attn.k_proj.register_forward_hook(lambda *_: calls.__setitem__("k", calls["k"] + 1)))
         hooks.append(layer.encoder_attn.v_proj.register_forward_hook(lambda *_: calls.__setitem__("v", calls["v"] + 1)))
-    input_ids, attention_mask = _sources()
+    input_ids, attention_mask = source_batch()
     output = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
     for hook in hooks:
         hook.remove()
@@ -154,7 +121,7 @@ def test_cross_attention_keys_and_values_are_projected_once_per_source(trained):
 @torch.no_grad()
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_cached_and_uncached_generation_agree(trained, num_beams):
-    input_ids, attention_mask = _sources()
+    input_ids, attention_mask = source_batch()
     kwargs = dict(attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10)
     cached = trained.generate(input_ids, use_cache=True, **kwargs)
     uncached = trained.generate(input_ids, use_cache=False, **kwargs)
@@ -163,7 +130,7 @@ def test_cached_and_uncached_generation_agree(trained, num_beams):
 
 @torch.no_grad()
 def test_greedy_matches_a_hand_written_argmax_loop(trained):
-    input_ids, attention_mask = _sources(lengths=(6,))
+    input_ids, attention_mask = source_batch(lengths=(6,))
     generated = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
     decoder_input_ids = torch.tensor([[BOS]])
     for _ in range(8):
@@ -178,7 +145,7 @@ def test_greedy_matches_a_hand_written_argmax_loop(trained):
 @torch.no_grad()
 def test_fixture_model_is_not_degenerate(trained):
     """Otherwise the generation tests below would compare trivial outputs."""
-    input_ids, attention_mask, labels = _copy_batch(40, torch.Generator().manual_seed(1))
+    input_ids, attention_mask, labels = copy_task_batch(40, torch.Generator().manual_seed(1))
     output = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=9)
     lengths = ((output != PAD) & (output != EOS)).sum(-1) - 1
     assert len(set(lengths.tolist())) >= 3
@@ -190,7 +157,7 @@ def test_fixture_model_is_not_degenerate(trained):
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_padded_batch_equals_each_sentence_alone(trained, num_beams, attn_implementation):
     trained.set_attn_implementation(attn_implementation)
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5))
     batch = trained.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10)
     for row in range(input_ids.shape[0]):
         length = int(attention_mask[row].sum())
@@ -203,7 +170,7 @@ def test_padded_batch_equals_each_sentence_alone(trained, num_beams, attn_implem
 
 @torch.no_grad()
 def test_sampling_is_seeded_and_varies(trained):
-    input_ids, attention_mask = _sources()
+    input_ids, attention_mask = source_batch()
     kwargs = dict(attention_mask=attention_mask, do_sample=True, num_beams=1, max_new_tokens=10, temperature=2.0)
     torch.manual_seed(0)
     a = trained.generate(input_ids, **kwargs)
@@ -216,7 +183,7 @@ def test_sampling_is_seeded_and_varies(trained):
 
 @torch.no_grad()
 def test_beam_search_with_one_beam_is_greedy(trained):
-    input_ids, attention_mask = _sources()
+    input_ids, attention_mask = source_batch()
     greedy = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=10)
     beam = trained.generate(
         input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=10, length_penalty_type=None
@@ -237,7 +204,7 @@ def test_default_generation_config_is_the_papers(model):
 @torch.no_grad()
 def test_max_length_is_source_length_plus_offset():
     model = tiny_model()
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5))
     # EOS suppressed, so the length limit alone ends each row
     output = model.generate(
         input_ids, attention_mask=attention_mask, num_beams=1, max_length_offset=4, suppress_tokens=[EOS]
@@ -250,7 +217,7 @@ def test_a_length_limit_in_the_generation_config_is_kept():
     """max_new_tokens set in the model's generation config, or in a config passed to generate(), bounds the output as
     the same keyword does; the per-source limit (source + offset) still applies under it."""
     model = tiny_model()
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5))
     common = dict(attention_mask=attention_mask, num_beams=1, max_length_offset=4, suppress_tokens=[EOS])
     by_keyword = model.generate(input_ids, max_new_tokens=5, **common)
     assert ((by_keyword[:, 1:] != PAD).sum(-1)).tolist() == [5, 5, 5]
@@ -266,7 +233,7 @@ def test_a_length_limit_in_the_generation_config_is_kept():
 
 @torch.no_grad()
 def test_gnmt_scores_are_sum_logprob_over_gnmt_penalty(trained):
-    input_ids, attention_mask = _sources(lengths=(6,))
+    input_ids, attention_mask = source_batch(lengths=(6,))
     out = trained.generate(
         input_ids,
         attention_mask=attention_mask,
@@ -352,15 +319,15 @@ def test_greedy_paper_decoding_saves_and_loads(model, tmp_path):
 
 @torch.no_grad()
 def test_unknown_length_penalty_type_is_refused_with_the_field_name(model):
-    input_ids, attention_mask = _sources(lengths=(4, 3))
+    input_ids, attention_mask = source_batch(lengths=(4, 3))
     with pytest.raises(ValueError, match="length_penalty_type='wu'"):
         model.generate(input_ids, attention_mask=attention_mask, length_penalty_type="wu", max_new_tokens=3)
 
 
 @torch.no_grad()
 def test_gnmt_and_hf_penalties_both_run_end_to_end():
-    model = _trained_model()
-    input_ids, attention_mask = _sources(lengths=(6, 4))
+    model = trained_copy_model()
+    input_ids, attention_mask = source_batch(lengths=(6, 4))
     for kind in ("gnmt", None):
         out = model.generate(
             input_ids,
@@ -380,7 +347,7 @@ def test_beam_search_with_self_attention_only_reordering_equals_the_stock_reorde
     """The model reorders only the self-attention cache (cross-attention rows are identical within a source)."""
     from hf_vaswani import VaswaniGenerationMixin
 
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5))
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5))
     kwargs = dict(attention_mask=attention_mask, num_beams=4, num_return_sequences=4, max_new_tokens=10)
     ours = trained.generate(input_ids, output_scores=True, return_dict_in_generate=True, **kwargs)
     monkeypatch.delattr(VaswaniGenerationMixin, "_reorder_cache")
@@ -390,19 +357,6 @@ def test_beam_search_with_self_attention_only_reordering_equals_the_stock_reorde
 
 
 # ---- greedy and beam search drop finished rows ---------------------------------------------------------------------
-
-
-def _decoder_rows_computed(model, **generate_kwargs):
-    """generate()'s output and how many decoder rows (batch size summed over decoder calls) it computed."""
-    rows = []
-    handle = model.model.decoder.register_forward_pre_hook(
-        lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
-    )
-    try:
-        output = model.generate(**generate_kwargs)
-    finally:
-        handle.remove()
-    return output, sum(rows)
 
 
 @torch.no_grad()
@@ -418,11 +372,11 @@ def _decoder_rows_computed(model, **generate_kwargs):
 )
 def test_greedy_dropping_finished_rows_equals_the_stock_loop(trained, attn_implementation, settings):
     trained.set_attn_implementation(attn_implementation)
-    input_ids, attention_mask, _ = _copy_batch(24, torch.Generator().manual_seed(2))
+    input_ids, attention_mask, _ = copy_task_batch(24, torch.Generator().manual_seed(2))
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, **settings)
     kwargs.setdefault("max_new_tokens", 12)
-    dropped, dropped_rows = _decoder_rows_computed(trained, **kwargs)
-    stock, stock_rows = _decoder_rows_computed(trained, drop_finished_rows=False, **kwargs)
+    dropped, dropped_rows = decoder_rows_computed(trained, **kwargs)
+    stock, stock_rows = decoder_rows_computed(trained, drop_finished_rows=False, **kwargs)
     trained.set_attn_implementation("sdpa")
     assert torch.equal(dropped, stock)
     # The stock loop computes every row at every step; rows end at different steps here, so dropping computes fewer.
@@ -433,7 +387,7 @@ def test_greedy_dropping_finished_rows_equals_the_stock_loop(trained, attn_imple
 @torch.no_grad()
 def test_greedy_output_of_each_row_is_its_own_when_rows_are_dropped(trained):
     """A batch whose rows finish at different steps equals each row decoded alone (left padding too)."""
-    input_ids, attention_mask = _sources(lengths=(6, 3, 5, 2, 7), seed=3)
+    input_ids, attention_mask = source_batch(lengths=(6, 3, 5, 2, 7), seed=3)
     batch = trained.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_length_offset=3)
     for row in range(input_ids.shape[0]):
         length = int(attention_mask[row].sum())
@@ -445,10 +399,10 @@ def test_greedy_output_of_each_row_is_its_own_when_rows_are_dropped(trained):
 @torch.no_grad()
 def test_stock_loop_runs_where_rows_cannot_be_dropped(trained):
     """Per-step outputs (scores here) need every row at every step: the stock loop runs, with the same tokens."""
-    input_ids, attention_mask, _ = _copy_batch(16, torch.Generator().manual_seed(4))
+    input_ids, attention_mask, _ = copy_task_batch(16, torch.Generator().manual_seed(4))
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=12)
-    plain, plain_rows = _decoder_rows_computed(trained, **kwargs)
-    with_scores, scored_rows = _decoder_rows_computed(
+    plain, plain_rows = decoder_rows_computed(trained, **kwargs)
+    with_scores, scored_rows = decoder_rows_computed(
         trained, output_scores=True, return_dict_in_generate=True, **kwargs
     )
     assert torch.equal(plain, with_scores.sequences)
@@ -469,10 +423,10 @@ def test_stock_loop_runs_where_rows_cannot_be_dropped(trained):
     ],
 )
 def test_beam_search_dropping_finished_sources_equals_the_stock_loop(trained, settings):
-    input_ids, attention_mask, _ = _copy_batch(24, torch.Generator().manual_seed(2))
+    input_ids, attention_mask, _ = copy_task_batch(24, torch.Generator().manual_seed(2))
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, max_new_tokens=12, **settings)
-    dropped, dropped_rows = _decoder_rows_computed(trained, **kwargs)
-    stock, stock_rows = _decoder_rows_computed(trained, drop_finished_rows=False, **kwargs)
+    dropped, dropped_rows = decoder_rows_computed(trained, **kwargs)
+    stock, stock_rows = decoder_rows_computed(trained, drop_finished_rows=False, **kwargs)
     assert torch.equal(dropped, stock)
     assert stock_rows % (input_ids.shape[0] * 4) == 0  # the stock loop runs every beam of every source each step
     assert dropped_rows < stock_rows

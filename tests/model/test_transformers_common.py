@@ -9,11 +9,11 @@ fail instead, so that CI cannot pass without having run them.
 What the sdist does not ship, and so is not run here (checked for 5.23.0; the fetch script records it per version in
 `.transformers_tests/<version>/MISSING`):
 - tests/generation/test_utils.py (`GenerationTesterMixin`, the common generate() tests). The generation behaviour is
-  covered by tests/test_generation.py instead; the fetch script writes an empty stand-in class only so that
+  covered by tests/model/test_generation.py instead; the fetch script writes an empty stand-in class only so that
   test_modeling_common.py imports, and this tester does not inherit it (that would make the mixin-inheritance check
   pass for nothing). When a version ships the real file, it is inherited and run.
 - tests/exporters/test_export.py (`ExportTesterMixin`, the torch.export tests ModelTesterMixin inherits); the export
-  path of this project is tested by tests/test_export.py.
+  path of this project is tested by tests/serving/test_export.py.
 
 The tester below is shaped like transformers' Marian tester (the closest model) with sizes and special ids of this
 model: fairseq ids (bos 0, pad 1, eos 2, decoder start 0), sinusoidal positions, one tied embedding matrix.
@@ -24,15 +24,14 @@ import os
 import sys
 import unittest
 import warnings
-from pathlib import Path
 from unittest import mock
 
 import pytest
 import transformers
 
 from hf_vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FETCH_COMMAND = "bash .ci/fetch_transformers_tests.sh"
 FETCHED = REPO_ROOT / ".transformers_tests" / transformers.__version__
 
@@ -69,7 +68,7 @@ ids_tensor = test_modeling_common.ids_tensor
 GENERATION_TESTS_SHIPPED = "tests/generation/test_utils.py" not in MISSING
 NO_GENERATION_TESTS = (
     f"transformers {transformers.__version__}'s sdist does not ship tests/generation/test_utils.py "
-    "(GenerationTesterMixin); generate() is covered by tests/test_generation.py"
+    "(GenerationTesterMixin); generate() is covered by tests/model/test_generation.py"
 )
 
 

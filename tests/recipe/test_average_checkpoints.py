@@ -16,8 +16,7 @@ from safetensors.torch import load_file, save_file
 import hf_vaswani_training.recipe.average_checkpoints as average_module
 from hf_vaswani_training.recipe.average_checkpoints import WEIGHTS_NAME, average_checkpoints, last_checkpoints
 from hf_vaswani_training.recipe.checkpoints import last_complete_checkpoint
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO_ROOT
 
 
 def make_checkpoint(directory: Path, tensors: dict[str, torch.Tensor], step: int = 0) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -15,9 +14,7 @@ from datasets import Dataset, DatasetDict, Translation
 
 from hf_vaswani_training.data.arguments import DataArguments
 from hf_vaswani_training.data.corpora import ParallelDataError, SplitStats, load_parallel_data
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
+from tests.conftest import MULTI30K_DIR, make_hub_folder
 
 DE = ["Ein Hund läuft.", "Zwei Männer, 3 Äpfel!", "Guten Morgen"]
 EN = ["A dog runs.", "Two men, 3 apples!", "Good morning"]
@@ -275,18 +272,6 @@ def test_conflicting_or_missing_arguments(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # Hub datasets, exercised through a local folder in the Hub's layout
 # ----------------------------------------------------------------------------------------------------------
-
-
-def make_hub_folder(root: Path, rows_by_split: dict[str, dict[str, list]], config: str = "de-en") -> Path:
-    """A dataset folder as the Hub stores one: `CONFIG/SPLIT-00000-of-00001.parquet`, README with configs."""
-    data_files = []
-    for split, columns in rows_by_split.items():
-        (root / config).mkdir(parents=True, exist_ok=True)
-        Dataset.from_dict(columns).to_parquet(str(root / config / f"{split}-00000-of-00001.parquet"))
-        data_files.append(f"  - split: {split}\n    path: {config}/{split}-*")
-    readme = f"---\nconfigs:\n- config_name: {config}\n  data_files:\n" + "\n".join(data_files) + "\n---\n"
-    (root / "README.md").write_text(readme, encoding="utf-8")
-    return root
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from hf_vaswani_training.recipe.train import main as train_main
 from hf_vaswani_training.serving.attention_plot import cross_attention, plot_attention
 from hf_vaswani_training.serving.decoding import translate
 from hf_vaswani_training.serving.translate import main
-from tests.conftest import REPO_ROOT
-from tests.test_train import TINY
+from tests.conftest import REPO_ROOT, TINY
 
 SENTENCES = [
     "A mouse sits .",

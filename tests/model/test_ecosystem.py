@@ -16,8 +16,14 @@ import torch
 from transformers import DataCollatorForSeq2Seq, GenerationConfig, Seq2SeqTrainer
 
 from hf_vaswani_training.data.tokenizer import train_joint_bpe
-from tests.conftest import tiny_model
-from tests.test_hf_integration import PAD, _copy_examples, _dataset, _tokenizer, _training_args
+from tests.conftest import (
+    PAD,
+    copy_examples,
+    examples_dataset,
+    seq2seq_training_args,
+    tiny_model,
+    word_level_tokenizer,
+)
 
 PROMPT = "Do you wish to run the custom code"
 TYPE_WARNING = "to instantiate a model of type"
@@ -126,15 +132,19 @@ def test_autotokenizer_without_package_or_trust_remote_code_is_silent(saved_fold
 
 def test_stock_seq2seq_trainer_keeps_the_generation_config_clean(tmp_path):
     model = tiny_model(seed=0)
-    tokenizer = _tokenizer()
+    tokenizer = word_level_tokenizer()
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     model.save_pretrained(tmp_path / "before")
     before = _generation_file(tmp_path / "before")
-    examples = _copy_examples(6, seed=7)
+    examples = copy_examples(6, seed=7)
     # and no generation_max_length: the model's own decoding
-    args = _training_args(tmp_path, per_device_eval_batch_size=2, predict_with_generate=True)
+    args = seq2seq_training_args(tmp_path, per_device_eval_batch_size=2, predict_with_generate=True)
     trainer = Seq2SeqTrainer(
-        model=model, args=args, eval_dataset=_dataset(examples), data_collator=collator, processing_class=tokenizer
+        model=model,
+        args=args,
+        eval_dataset=examples_dataset(examples),
+        data_collator=collator,
+        processing_class=tokenizer,
     )
 
     records = _Records()
@@ -144,7 +154,7 @@ def test_stock_seq2seq_trainer_keeps_the_generation_config_clean(tmp_path):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             trainer.evaluate()
-            output = trainer.predict(_dataset(examples))
+            output = trainer.predict(examples_dataset(examples))
             batch = collator(examples[:2])
             after_training = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     finally:

@@ -7,14 +7,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import sacrebleu
 
 from hf_vaswani_training.recipe.metrics import TRANSLATION_METRIC_PATH, compute_translation_scores
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO_ROOT
 
 PREDICTIONS = [
     "The cat sat on the mat.",

@@ -23,8 +23,7 @@ from hf_vaswani_training.recipe.metrics import compute_translation_scores, load_
 from hf_vaswani_training.recipe.train import main as train_main
 from hf_vaswani_training.recipe.trainer import VaswaniTrainer
 from hf_vaswani_training.serving.decoding import translate, translate_ids
-from tests.conftest import REPO_ROOT
-from tests.test_train import TINY
+from tests.conftest import REPO_ROOT, TINY
 
 EVAL_MAX_TOKENS = 60
 

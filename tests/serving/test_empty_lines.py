@@ -7,8 +7,7 @@ import pytest
 from hf_vaswani.pipeline_vaswani import VaswaniTranslationPipeline
 from hf_vaswani_training.data.tokenizer import train_joint_bpe
 from hf_vaswani_training.serving.decoding import translate
-from tests.conftest import tiny_model
-from tests.test_cli_errors import run
+from tests.conftest import run_cli, tiny_model
 
 SENTENCES = ["A mouse sits .", "The old dog does not sleep .", "Twenty four birds stand .", "We read the letter ."]
 LINES = ["", SENTENCES[0], "   ", SENTENCES[1], "\t", SENTENCES[3]]
@@ -77,13 +76,13 @@ def test_pipeline_empty_string_alone_and_its_token_ids(model, tokenizer):
 def test_cli_empty_argument_and_blank_input_lines(model_dir, tmp_path, capsys):
     arguments_output = tmp_path / "arguments.txt"
     argv = [model_dir, SENTENCES[0], "", SENTENCES[3], "--greedy", "--output", arguments_output]
-    assert run("translate", *argv, capsys=capsys)[0] == 0
+    assert run_cli("translate", *argv, capsys=capsys)[0] == 0
     lines = arguments_output.read_text(encoding="utf-8").split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2] and lines[3] == ""
     source = tmp_path / "input.txt"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     output = tmp_path / "output.txt"
-    assert run("translate", model_dir, "--input", source, "--output", output, "--greedy", capsys=capsys)[0] == 0
+    assert run_cli("translate", model_dir, "--input", source, "--output", output, "--greedy", capsys=capsys)[0] == 0
     written = output.read_text(encoding="utf-8").split("\n")
     assert len(written) == len(LINES) + 1 and [written[i] for i in (0, 2, 4)] == ["", "", ""]
     assert lines[0] == written[1] and lines[2] == written[5]

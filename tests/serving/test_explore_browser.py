@@ -1,15 +1,14 @@
 """The attention explorer in a real headless browser: Debian's chromium driven by Playwright.
 
-`vaswani-explore` runs as a subprocess on 127.0.0.1 with a tiny model (tests/test_explore.py's folder); each test
-types into the page, presses its buttons and reads what the page shows, and compares it with `generate()` called
-here. Screenshots go to tests/artifacts/ (git-ignored) for a person to look at.
+`vaswani-explore` runs as a subprocess on 127.0.0.1 with a tiny model (make_model_folder in tests/conftest.py);
+each test types into the page, presses its buttons and reads what the page shows, and compares it with `generate()`
+called here. Screenshots go to tests/artifacts/ (git-ignored) for a person to look at.
 
 Where chromium or Playwright is missing the tests are skipped with the reason; under CI=true that is a failure of
 the CI setup instead (.ci/browser_deps.sh installs both).
 """
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,26 +19,12 @@ import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vaswani_training.serving.attention_plot import display_tokens
-from tests.conftest import REPO_ROOT
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS, MAX_SOURCE_TOKENS, REPO_ROOT, SENTENCE, free_port, make_model_folder
 
 pytest.importorskip("gradio", reason='the explorer needs gradio: pip install -e ".[dev]"')
 
-from tests.test_explore import MAX_SOURCE_TOKENS, SENTENCE, make_model_folder  # noqa: E402
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
-# Root in a container needs --no-sandbox; the rest keep an offline machine from waiting on Google's services.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 STEP_TIMEOUT_MS = 120_000  # a busy 2-core machine decodes slowly; the page shows progress meanwhile
 
 
@@ -71,12 +56,6 @@ def browser(tmp_path_factory):
             unavailable(f"chromium did not start: {str(error).splitlines()[0]}")
         yield context
         context.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
