@@ -7,6 +7,12 @@ search) out of the batch: the caches, the encoder output, the masks and the beam
 running, and the output is written exactly as the stock loop returns it. Same tokens, less work. They run only where
 that holds (`can_drop_finished_rows`: the guard tables below); everywhere else the caller runs the stock loop.
 
+On a GPU a batch of a new size is a new shape, for which kernels are chosen (and cuDNN attention builds plans) anew;
+dropping rows one by one makes nearly every decoder step a new size. With `row_buckets` (the generation config's
+`row_buckets`: "auto", the default, on CUDA tensors only; True; False) the batch shrinks only to powers of two: finished
+rows stay in it, computed but ignored, until the running ones fit the next smaller power of two, so one generate()
+call sees at most 1 + log2(batch) sizes. Same tokens either way (rows do not interact).
+
 Nothing here is the paper's: the caller brings its decoding in. The length penalty reaches beam search through the
 model's scoring hooks (`_update_finished_beams`, `_check_early_stop_heuristic`), which the loop calls as the stock loop
 does; a per-source length limit is a `PerSourceStoppingCriteria`; a stop rule of its own is `stop_rule`. It imports
@@ -216,6 +222,29 @@ def can_drop_finished_rows(
     )
 
 
+def uses_row_buckets(generation_config: GenerationConfig, device: torch.device) -> bool:
+    """Whether the loops shrink the batch in powers of two (`row_buckets`): "auto" (or unset) on CUDA only."""
+    setting = getattr(generation_config, "row_buckets", "auto")
+    if setting in ("auto", None):
+        return device.type == "cuda"
+    if not isinstance(setting, bool):
+        raise ValueError(f'generation config: row_buckets={setting!r} must be "auto", True or False')
+    return setting
+
+
+def row_bucket(running: int, current: int) -> int:
+    """The batch size to shrink to: the smallest power of two >= `running`, at most `current`."""
+    bucket = 1
+    while bucket < running:
+        bucket *= 2
+    return min(bucket, current)
+
+
+def _keep_running(running: torch.Tensor, size: int) -> torch.LongTensor:
+    """Indices of `size` rows: every running one (in order), then finished ones to fill the bucket."""
+    return torch.argsort((~running).to(torch.int8), stable=True)[:size]
+
+
 def stock_loop_reason(search: str) -> str:
     """Why `search` ("greedy", "sampling" or "beam search") runs the stock loop, for the log."""
     mismatch = {"greedy": GREEDY_MISMATCH, "beam search": BEAM_SEARCH_MISMATCH}.get(search)
@@ -239,7 +268,9 @@ def greedy_search_dropping_finished_rows(
     pad_token_id = int(generation_config._pad_token_tensor)
     sequences = input_ids.new_full((batch_size, max_length), pad_token_id)  # every row; cut to length at the end
     sequences[:, :prompt_length] = input_ids
-    rows = torch.arange(batch_size, device=input_ids.device)  # the rows of `sequences` still running
+    rows = torch.arange(batch_size, device=input_ids.device)  # the rows of `sequences` in the batch
+    running = torch.ones(batch_size, dtype=torch.bool, device=input_ids.device)  # False: finished, kept as filler
+    bucketed = uses_row_buckets(generation_config, input_ids.device)
     criteria = stopping_criteria  # greedy search has one row per source (no num_return_sequences)
 
     outputs = model._prefill(input_ids, generation_config, model_kwargs)
@@ -251,19 +282,26 @@ def greedy_search_dropping_finished_rows(
         del outputs
         # max(...).indices is argmax (both documented to return the first of tied maxima), faster on the CPU
         next_tokens = logits_processor(input_ids, next_token_logits).max(dim=-1).indices
-        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)  # (running rows, cur_len + 1)
+        if bucketed:  # a finished row kept as filler writes padding, as the stock loop does
+            next_tokens = next_tokens.masked_fill(~running, pad_token_id)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)  # (rows, cur_len + 1)
         sequences[rows, cur_len] = next_tokens
         cur_len += 1
 
-        finished = criteria(input_ids, None)
+        finished = criteria(input_ids, None) | ~running
         num_finished = int(finished.sum())  # the one host-device synchronisation of a step, as in the stock loop
         if num_finished == finished.shape[0]:
             break
         if num_finished > 0:
-            keep = (~finished).nonzero().squeeze(1)
-            rows, input_ids = rows[keep], input_ids[keep]
-            model_kwargs = _select_model_kwargs_rows(model_kwargs, keep)
-            criteria = _select_stopping_criteria(criteria, keep)
+            running = ~finished
+            size = finished.shape[0] - num_finished
+            if bucketed:
+                size = row_bucket(size, finished.shape[0])
+            if size < finished.shape[0]:
+                keep = _keep_running(running, size)
+                rows, input_ids, running = rows[keep], input_ids[keep], running[keep]
+                model_kwargs = _select_model_kwargs_rows(model_kwargs, keep)
+                criteria = _select_stopping_criteria(criteria, keep)
 
         model_inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
         outputs = model(**model_inputs, return_dict=True)
@@ -318,6 +356,8 @@ def beam_search_dropping_finished_rows(
     )
     beam_indices = running_beam_indices.clone()
     sources = torch.arange(num_sources, device=device)  # which source each row of the state belongs to
+    searching = torch.ones(num_sources, dtype=torch.bool, device=device)  # False: set aside, kept as filler
+    bucketed = uses_row_buckets(generation_config, device)
     criteria = stopping_criteria
     # The returned hypotheses of every source and their generated lengths, filled in as sources finish.
     results = torch.full((num_sources, num_return_sequences, max_length), int(fill_value), device=device)
@@ -412,24 +452,32 @@ def beam_search_dropping_finished_rows(
                 cur_len=cur_len,
                 prompt_length=prompt_length,
             )
+        # Sources set aside but kept as filler (row buckets) count as over: not searching, finished, stopped.
+        filler = ~searching[:, None]
         if not model._beam_search_has_unfinished_sequences(
-            is_searching, is_sent_finished, hits_stopping_criteria, early_stopping
+            is_searching & ~filler, is_sent_finished | filler, hits_stopping_criteria | filler, early_stopping
         ):
             break
         # The sources whose later candidates the stock loop would discard (see _update_finished_beams).
         done = ~is_searching[:, 0]
         if early_stopping is True:
             done |= is_sent_finished.all(-1)
+        done &= searching
         if bool(done.any()):
             set_aside(done)
-            keep = (~done).nonzero().squeeze(1)
-            rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).flatten()
-            model_kwargs = _select_model_kwargs_rows(model_kwargs, rows)
-            criteria = _select_stopping_criteria(criteria, keep)
-            sources, is_searching, is_sent_finished = sources[keep], is_searching[keep], is_sent_finished[keep]
-            running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
-            running_beam_indices, sequences = running_beam_indices[keep], sequences[keep]
-            beam_scores, beam_indices = beam_scores[keep], beam_indices[keep]
+            searching &= ~done
+            size = int(searching.sum())
+            if bucketed:
+                size = row_bucket(size, batch_size)
+            if size < batch_size:
+                keep = _keep_running(searching, size)
+                rows = (keep[:, None] * num_beams + torch.arange(num_beams, device=device)).flatten()
+                model_kwargs = _select_model_kwargs_rows(model_kwargs, rows)
+                criteria = _select_stopping_criteria(criteria, keep)
+                sources, is_searching, is_sent_finished = sources[keep], is_searching[keep], is_sent_finished[keep]
+                running_sequences, running_beam_scores = running_sequences[keep], running_beam_scores[keep]
+                running_beam_indices, sequences = running_beam_indices[keep], sequences[keep]
+                beam_scores, beam_indices, searching = beam_scores[keep], beam_indices[keep], searching[keep]
 
         flat_running_sequences = running_sequences[:, :, :cur_len].flatten(0, 1)
         model_inputs = model.prepare_inputs_for_generation(
@@ -437,7 +485,7 @@ def beam_search_dropping_finished_rows(
         )
         outputs = model(**model_inputs, return_dict=True)
 
-    set_aside(torch.ones_like(sources, dtype=torch.bool))
+    set_aside(searching)
     return results.flatten(0, 1)[:, : prompt_length + int(result_lengths.max())]
 
 
@@ -475,6 +523,8 @@ __all__ = [
     "beam_search_dropping_finished_rows",
     "can_drop_finished_rows",
     "greedy_search_dropping_finished_rows",
+    "row_bucket",
     "signature_mismatch",
     "stock_loop_reason",
+    "uses_row_buckets",
 ]
