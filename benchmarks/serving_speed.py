@@ -12,7 +12,7 @@ function, the §3.5 table given to Marian; `--no-marian` skips it). Data: Multi3
 (`--data-dir`, default ../shared/data/multi30k or $MULTI30K_DIR), read by path: test_2016_flickr and val, de->en.
 
 Every engine decodes the same length-sorted batches (`--batch-size` sentences, the batching of
-`training.serving.decoding.translate`), with `--threads` intra-op threads. Decoding settings:
+`training.serving.decoding.translate_texts`), with `--threads` intra-op threads. Decoding settings:
 - generate(), CTranslate2's rules: Hugging Face length penalty alpha 0.6 (log P / |Y|^alpha), early_stopping=True,
   outputs at most (longest source of the batch) + 50 tokens. The Marian and CTranslate2 rows use exactly these, so
   "tokens identical" compares the engines, not the settings.

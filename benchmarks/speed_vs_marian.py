@@ -32,7 +32,7 @@ Measured, each as the median of `--repeats` runs with ours and Marian interleave
    optimizer steps that make about `--pipeline-tokens` real tokens (counted in the batches they trained on);
 4. generation over test_2016_flickr (the first `--greedy-sentences` / `--beam-sentences`): greedy and beam 4 with
    identical Hugging Face settings on both (`length_penalty=1.0`, no GNMT penalty, the same `max_new_tokens`), on
-   the same batches of 64 in corpus order, and ours also through `training.serving.decoding.translate` (length-sorted
+   the same batches of 64 in corpus order, and ours also through `training.serving.decoding.translate_texts` (length-sorted
    batches of 64, the pipeline); sentences/s, generated tokens/s, and whether both produce identical tokens;
 5. peak memory of each, in a fresh subprocess per measurement (CPU: the peak resident set above the resident set
    before the work, via /proc/self/status VmHWM; CUDA: torch.cuda.max_memory_allocated);

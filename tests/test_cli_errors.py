@@ -15,7 +15,7 @@ import pytest
 from hf_vaswani_training import cli, usage
 from hf_vaswani_training.data.tokenizer import TRAINED_WITH_FILE, save_trained_tokenizer, train_joint_bpe
 from hf_vaswani_training.recipe.train import check_arguments, parse_arguments
-from hf_vaswani_training.serving.decoding import translate
+from hf_vaswani_training.serving.decoding import translate_texts
 from tests.conftest import REPO_ROOT, TINY_RUN, assert_one_line_error, run_cli, tiny_model
 
 SENTENCES = ["A mouse sits .", "The old dog does not sleep .", "Twenty four birds stand .", "We read the letter ."]
@@ -204,7 +204,7 @@ def test_missing_train_file(tmp_path, capsys):
 def _tokenizer_in(output_dir, **trained_with):
     tokenizer = train_joint_bpe(SENTENCES, vocab_size=40, min_frequency=1)
     save_trained_tokenizer(tokenizer, output_dir, trained_with)
-    assert not [p for p in output_dir.iterdir() if p.name.startswith(".tokenizer-staging")]  # no staging left
+    assert not [p for p in output_dir.iterdir() if p.name.startswith(".tmp-")]  # no staging left
 
 
 def test_a_tokenizer_trained_with_another_vocab_size_is_not_reused(tmp_path, capsys):
@@ -334,13 +334,13 @@ def test_a_20000_word_line_is_truncated_with_a_warning(model_dir, capsys, caplog
     seen = []
     generate = model.generate
     model.generate = lambda **kwargs: seen.append(kwargs["input_ids"]) or generate(**kwargs)
-    translate(model, tokenizer, [long_line], num_beams=1, max_length_offset=2)
+    translate_texts(model, tokenizer, [long_line], num_beams=1, max_length_offset=2)
     (long_ids,) = seen[0].tolist()
     assert len(long_ids) == MODEL_MAX_LENGTH and long_ids[-1] == tokenizer.eos_token_id
     assert long_ids[:-1] == tokenizer(long_line)["input_ids"][: MODEL_MAX_LENGTH - 1]
     # A sentence within the limit is not touched.
     seen.clear()
-    translate(model, tokenizer, ["A mouse sits ."], num_beams=1)
+    translate_texts(model, tokenizer, ["A mouse sits ."], num_beams=1)
     assert seen[0][0].tolist() == tokenizer("A mouse sits .")["input_ids"]
 
 

@@ -1,6 +1,6 @@
 """Decoding: greedy and beam 4 with identical Hugging Face settings on both models (`length_penalty=1.0`, no GNMT
 penalty, the same `max_new_tokens`) on the same batches in corpus order, and ours also through
-`training.serving.decoding.translate` (length-sorted batches, the pipeline); sentences/s, generated tokens/s, and whether
+`training.serving.decoding.translate_texts` (length-sorted batches, the pipeline); sentences/s, generated tokens/s, and whether
 both produce identical tokens.
 """
 
@@ -46,8 +46,8 @@ def strip(sequence: torch.Tensor, pad_token_id: int) -> list[int]:
 @torch.no_grad()
 def bench_generation(models: dict, tokenizer, sources: list[str], num_beams: int, args, config) -> dict:
     """Both models on the same batches of `--gen-batch-size` sentences in corpus order; then ours through
-    `training.serving.decoding.translate`, which batches the same number of sentences sorted by length (the pipeline)."""
-    from hf_vaswani_training.serving.decoding import translate
+    `training.serving.decoding.translate_texts`, which batches the same number of sentences sorted by length (the pipeline)."""
+    from hf_vaswani_training.serving.decoding import translate_texts
 
     gen_config = generation_config(num_beams, args, config)
     for model in models.values():
@@ -60,7 +60,7 @@ def bench_generation(models: dict, tokenizer, sources: list[str], num_beams: int
         "marian": lambda: [models["marian"].generate(**batch) for batch in batches],
         # The pipeline: sorted by length, so a batch's rows finish together (max_tokens high enough that only
         # the sentence count limits a batch).
-        "ours_translate": lambda: translate(
+        "ours_translate": lambda: translate_texts(
             models["ours"], tokenizer, sources, max_tokens=10**9, max_sentences=args.gen_batch_size
         ),
     }
@@ -102,7 +102,7 @@ def bench_generation(models: dict, tokenizer, sources: list[str], num_beams: int
         "identical_fraction": sum(same) / len(same),
         "first_difference": first_difference,
         "translate_identical_texts": sum(same_text),
-        "ours_translate_batching": f"hf_vaswani_training.serving.decoding.translate: length-sorted, {args.gen_batch_size} sentences a batch",
+        "ours_translate_batching": f"hf_vaswani_training.serving.decoding.translate_texts: length-sorted, {args.gen_batch_size} sentences a batch",
     }
     for name, timing in timings.items():
         s = timing["seconds"]

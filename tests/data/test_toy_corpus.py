@@ -20,8 +20,8 @@ from hf_vaswani_training.data.toy_corpus import (
     render_en,
     render_noun_phrase_en,
     render_noun_phrase_tt,
+    render_pair,
     render_tt,
-    translate,
 )
 
 PUNCTUATION = {".", ",", "?"}
@@ -135,7 +135,7 @@ def test_translation_is_a_function_of_the_source() -> None:
     seen: dict[str, str] = {}
     repeats = 0
     for _ in range(20000):
-        pair = translate(tc.sample_sentence(rng))
+        pair = render_pair(tc.sample_sentence(rng))
         if pair["en"] in seen:
             repeats += 1
             assert seen[pair["en"]] == pair["tt"], pair["en"]
@@ -237,7 +237,7 @@ def test_plural_morphology() -> None:
 def test_case_marking_of_articles() -> None:
     dog, cat = NounPhrase(noun("dog")), NounPhrase(noun("cat"))
     clause = Clause(dog, verb("see"), cat, prep_phrase=PrepPhrase("in", NounPhrase(noun("garden"))))
-    assert translate(Sentence("simple", clause)) == {
+    assert render_pair(Sentence("simple", clause)) == {
         "en": "The dog sees the cat in the garden .",
         "tt": "Dor Hunto siht dia Katta inna dom Gard .",
     }
@@ -248,7 +248,7 @@ def test_case_marking_of_articles() -> None:
 def test_subject_verb_agreement() -> None:
     forms_en, forms_tt = set(), set()
     for key in ("1sg", "2sg", "3sg.m", "1pl", "3pl"):
-        pair = translate(Sentence("simple", Clause(Pronoun(key), verb("sleep"))))
+        pair = render_pair(Sentence("simple", Clause(Pronoun(key), verb("sleep"))))
         forms_en.add(pair["en"].split()[1])
         forms_tt.add(pair["tt"].split()[1])
     assert forms_en == {"sleep", "sleeps"}  # English marks only the 3rd singular
@@ -256,7 +256,7 @@ def test_subject_verb_agreement() -> None:
     assert tc.conjugate_tt(verb("wait"), "3sg") == "beidet"  # -e- inserted after a dental
     assert tc.conjugate_tt(verb("see"), "1sg") == "sahe" and tc.conjugate_tt(verb("see"), "3sg") == "siht"
     plural_subject = Clause(NounPhrase(noun("dog"), plural=True), verb("sleep"))
-    assert translate(Sentence("simple", plural_subject)) == {
+    assert render_pair(Sentence("simple", plural_subject)) == {
         "en": "The dogs sleep .",
         "tt": "Dei Huntor slapen .",
     }
@@ -264,7 +264,7 @@ def test_subject_verb_agreement() -> None:
 
 def test_verb_second_after_a_fronted_adverb() -> None:
     clause = Clause(NounPhrase(noun("dog")), verb("see"), NounPhrase(noun("cat")))
-    assert translate(Sentence("simple", clause, adverb="today")) == {
+    assert render_pair(Sentence("simple", clause, adverb="today")) == {
         "en": "Today the dog sees the cat .",
         "tt": "Hiudag siht dor Hunto dia Katta .",
     }
@@ -273,12 +273,12 @@ def test_verb_second_after_a_fronted_adverb() -> None:
 def test_verb_final_in_subordinate_clauses() -> None:
     main = Clause(NounPhrase(noun("dog")), verb("sleep"))
     second = Clause(NounPhrase(noun("cat")), verb("eat"), NounPhrase(noun("apple")))
-    assert translate(Sentence("sub_after", main, second, "because")) == {
+    assert render_pair(Sentence("sub_after", main, second, "because")) == {
         "en": "The dog sleeps because the cat eats the apple .",
         "tt": "Dor Hunto slapt , wanda dia Katta don Apal itet .",
     }
     # A fronted subordinate clause takes the first position, so the main clause inverts (verb-second).
-    assert translate(Sentence("sub_first", main, second, "when")) == {
+    assert render_pair(Sentence("sub_first", main, second, "when")) == {
         "en": "When the cat eats the apple , the dog sleeps .",
         "tt": "Bithe dia Katta don Apal itet , slapt dor Hunto .",
     }
@@ -296,7 +296,7 @@ def test_coordination_keeps_main_clause_order() -> None:
 def test_negation_placement() -> None:
     man, dog = NounPhrase(noun("man")), NounPhrase(noun("dog"))
     negated = Clause(man, verb("see"), dog, negated=True, prep_phrase=PrepPhrase("in", NounPhrase(noun("park"))))
-    assert translate(Sentence("simple", negated)) == {
+    assert render_pair(Sentence("simple", negated)) == {
         "en": "The man does not see the dog in the park .",
         "tt": "Dor Gumo siht don Hunto niht inna dom Lund .",
     }
@@ -308,7 +308,7 @@ def test_negation_placement() -> None:
     indefinite = Clause(man, verb("see"), NounPhrase(noun("dog"), determiner="a"), negated=True)
     assert render_tt(Sentence("simple", indefinite)) == "Dor Gumo siht nainen Hunto ."
     copula = Clause(Pronoun("3pl"), predicate=adjective("happy"), negated=True)
-    assert translate(Sentence("simple", copula)) == {
+    assert render_pair(Sentence("simple", copula)) == {
         "en": "They are not happy .",
         "tt": "Thai eru niht frow .",
     }
@@ -316,7 +316,7 @@ def test_negation_placement() -> None:
 
 def test_questions_put_the_verb_first() -> None:
     clause = Clause(NounPhrase(noun("dog")), verb("see"), Pronoun("1sg"))
-    assert translate(Sentence("question", clause)) == {
+    assert render_pair(Sentence("question", clause)) == {
         "en": "Does the dog see me ?",
         "tt": "Siht dor Hunto mik ?",
     }

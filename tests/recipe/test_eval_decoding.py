@@ -1,4 +1,4 @@
-"""Evaluation during training decodes the validation split through decoding.translate_ids, as translate() does.
+"""Evaluation during training decodes the validation split through decoding.translate_ids, as translate_texts() does.
 
 The model is a tiny run's folder with re-initialised weights: random weights give long outputs that differ from
 sentence to sentence, so a hypothesis scored against the wrong reference, or a batch decoded in the wrong order,
@@ -22,7 +22,7 @@ from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
 from hf_vaswani_training.recipe.metrics import compute_translation_scores, load_translation_metric
 from hf_vaswani_training.recipe.train import main as train_main
 from hf_vaswani_training.recipe.trainer import VaswaniTrainer
-from hf_vaswani_training.serving.decoding import translate, translate_ids
+from hf_vaswani_training.serving.decoding import translate_ids, translate_texts
 from tests.conftest import REPO_ROOT, TINY
 
 EVAL_MAX_TOKENS = 60
@@ -97,8 +97,8 @@ def test_evaluation_decodes_like_translate_in_token_budgeted_sorted_batches(
     widths = [width for _, width in shapes]
     assert widths == sorted(widths, reverse=True)
 
-    # The same hypotheses as translate() on the text, and BLEU/chrF computed from them directly.
-    hypotheses = translate(model, tokenizer, sources, max_tokens=EVAL_MAX_TOKENS)
+    # The same hypotheses as translate_texts() on the text, and BLEU/chrF computed from them directly.
+    hypotheses = translate_texts(model, tokenizer, sources, max_tokens=EVAL_MAX_TOKENS)
     assert trainer.decode_for_evaluation(list(dataset["input_ids"])) == hypotheses
     assert len(set(hypotheses)) > len(hypotheses) // 2  # random weights: outputs differ between sentences
     references = tokenizer.batch_decode(list(dataset["labels"]), skip_special_tokens=True)
@@ -149,7 +149,7 @@ def test_shards_partition_the_batches(model_and_tokenizer, split):
 
 def test_two_processes_report_the_scores_of_the_evaluated_weights(tmp_path):
     """Under `accelerate launch --num_processes 2` each rank decodes every other batch and the hypotheses are
-    gathered: the logged eval_bleu/eval_chrf are those of translate() with the weights evaluated (checkpoint-3,
+    gathered: the logged eval_bleu/eval_chrf are those of translate_texts() with the weights evaluated (checkpoint-3,
     saved right after the step-3 evaluation) on the whole validation split."""
     output_dir = tmp_path / "two"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
@@ -175,7 +175,7 @@ def test_two_processes_report_the_scores_of_the_evaluated_weights(tmp_path):
     sources = [pair["en"] for pair in pairs["translation"]]
     labels = tokenizer(text_target=[pair["tt"] for pair in pairs["translation"]])["input_ids"]
     references = tokenizer.batch_decode(labels, skip_special_tokens=True)
-    hypotheses = translate(model, tokenizer, sources, max_tokens=EVAL_MAX_TOKENS)
+    hypotheses = translate_texts(model, tokenizer, sources, max_tokens=EVAL_MAX_TOKENS)
     assert len(set(hypotheses)) > 1  # not one output for every sentence, which any order would score the same
     direct = compute_translation_scores(hypotheses, references)
     assert logged["eval_chrf"] == pytest.approx(direct["chrf"], abs=1e-6)

@@ -92,7 +92,7 @@ def test_rotation_cut_short_leaves_no_complete_looking_partial(tmp_path, monkeyp
             raise Killed(path)
         return real_rmtree(path, ignore_errors=ignore_errors)
 
-    monkeypatch.setattr(checkpoints_module.shutil, "rmtree", killed_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", killed_rmtree)
     with pytest.raises(Killed):
         rotate_checkpoints(run, save_total_limit=2)
     monkeypatch.undo()

@@ -387,3 +387,11 @@ def test_missing_ctranslate2_is_one_line(trained, tmp_path, monkeypatch):
     code, _, stderr = run(cli.translate, [str(trained[0]), "--engine", "ctranslate2", "a"])
     assert code == 2 and INSTALL_HINT in stderr and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_the_default_position_table_is_the_configs():
+    """A config.json or export info without the field means VaswaniConfig's default, which the module spells out."""
+    from hf_vaswani import VaswaniConfig
+    from hf_vaswani_training.serving.ctranslate2_export import DEFAULT_MAX_POSITIONS
+
+    assert VaswaniConfig().max_position_embeddings == DEFAULT_MAX_POSITIONS

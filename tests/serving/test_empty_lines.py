@@ -6,7 +6,7 @@ import pytest
 
 from hf_vaswani.pipeline_vaswani import VaswaniTranslationPipeline
 from hf_vaswani_training.data.tokenizer import train_joint_bpe
-from hf_vaswani_training.serving.decoding import translate
+from hf_vaswani_training.serving.decoding import translate_texts
 from tests.conftest import run_cli, tiny_model
 
 SENTENCES = ["A mouse sits .", "The old dog does not sleep .", "Twenty four birds stand .", "We read the letter ."]
@@ -39,16 +39,18 @@ def test_generate_alone_invents_a_sentence_for_an_empty_line(model, tokenizer):
 
 
 def test_decoding_translate_keeps_empty_lines_empty_and_in_place(model, tokenizer):
-    outputs = translate(model, tokenizer, LINES, **GREEDY)
-    expected = translate(model, tokenizer, [line for line in LINES if line.strip()], **GREEDY)
+    outputs = translate_texts(model, tokenizer, LINES, **GREEDY)
+    expected = translate_texts(model, tokenizer, [line for line in LINES if line.strip()], **GREEDY)
     assert [outputs[i] for i in (0, 2, 4)] == ["", "", ""]
     assert [outputs[i] for i in (1, 3, 5)] == expected
     assert all(text for text in expected)
-    assert translate(model, tokenizer, ["", " "], **GREEDY) == ["", ""]  # nothing to decode at all
+    assert translate_texts(model, tokenizer, ["", " "], **GREEDY) == ["", ""]  # nothing to decode at all
 
 
 def test_decoding_n_best_of_an_empty_line(model, tokenizer):
-    outputs = translate(model, tokenizer, ["", SENTENCES[0]], num_beams=2, num_return_sequences=2, max_new_tokens=6)
+    outputs = translate_texts(
+        model, tokenizer, ["", SENTENCES[0]], num_beams=2, num_return_sequences=2, max_new_tokens=6
+    )
     assert outputs[0] == ["", ""]
     assert len(outputs[1]) == 2 and all(outputs[1])
 

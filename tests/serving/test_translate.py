@@ -1,4 +1,4 @@
-"""`python -m training.translate` and `training.serving.attention_plot`, against generate()/translate() called directly."""
+"""`python -m training.translate` and `training.serving.attention_plot`, against generate()/translate_texts() called directly."""
 
 import gzip
 import subprocess
@@ -12,7 +12,7 @@ import hf_vaswani
 from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.recipe.train import main as train_main
 from hf_vaswani_training.serving.attention_plot import cross_attention, plot_attention
-from hf_vaswani_training.serving.decoding import translate
+from hf_vaswani_training.serving.decoding import translate_texts
 from hf_vaswani_training.serving.translate import main
 from tests.conftest import REPO_ROOT, TINY
 
@@ -27,7 +27,7 @@ SENTENCES = [
 def model_dir(tmp_path_factory):
     """A folder from hf_vaswani_training.recipe.train (tokenizer, config, generation config with beam 4, GNMT 0.6, offset 5) whose
     weights are then re-initialised: after 30 steps beam search ends every sentence at once, and empty outputs
-    would make "the CLI prints what translate() returns" true of a CLI that ignores the model. Random weights give
+    would make "the CLI prints what translate_texts() returns" true of a CLI that ignores the model. Random weights give
     long outputs that differ between sentences and between beam and greedy search."""
     trained = tmp_path_factory.mktemp("trained")
     train_main([*TINY, "--output_dir", str(trained), "--max_steps", "30", "--average_last_n", "0",
@@ -96,7 +96,7 @@ def cli(model_dir, tmp_path_factory):
 
 def test_cli_arguments_print_what_translate_returns_and_plot(cli, loaded):
     (processes, folder), (model, tokenizer) = cli, loaded
-    expected = translate(model, tokenizer, SENTENCES[:2])
+    expected = translate_texts(model, tokenizer, SENTENCES[:2])
     assert stdout_lines(processes["arguments"]) == expected
     assert all(expected) and len(set(expected)) == 2  # a comparison that a model-less CLI would fail
     plot = folder / "attention.png"
@@ -108,7 +108,7 @@ def test_cli_input_file_gives_one_output_line_per_input_line(cli, loaded):
     output = stdout_lines(processes["input"])
     assert len(output) == len(INPUT_LINES)
     assert output[1] == output[3] == ""
-    assert [output[0], output[2], output[4]] == translate(model, tokenizer, SENTENCES)
+    assert [output[0], output[2], output[4]] == translate_texts(model, tokenizer, SENTENCES)
 
 
 def test_cli_stdin_greedy_equals_generate_with_one_beam(cli, loaded):
@@ -119,7 +119,9 @@ def test_cli_stdin_greedy_equals_generate_with_one_beam(cli, loaded):
         generated = model.generate(**tokenizer(sentence, return_tensors="pt"), num_beams=1)
         expected.append(tokenizer.decode(generated[0], skip_special_tokens=True))
     assert output == expected
-    assert output != translate(model, tokenizer, SENTENCES)  # the paper's beam search differs: --greedy did something
+    assert output != translate_texts(
+        model, tokenizer, SENTENCES
+    )  # the paper's beam search differs: --greedy did something
 
 
 def test_cli_invalid_utf8_names_file_and_line(model_dir, tmp_path):
@@ -149,7 +151,7 @@ def test_n_best_are_tab_separated_on_the_sentences_line(model_dir, loaded, tmp_p
     main([str(model_dir), "--input", str(path), "--output", str(output), "--num_return_sequences", "3"])
     lines = output.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 3 and lines[1] == ""
-    best = translate(model, tokenizer, [SENTENCES[0], SENTENCES[1]])
+    best = translate_texts(model, tokenizer, [SENTENCES[0], SENTENCES[1]])
     for line, expected in zip([lines[0], lines[2]], best, strict=True):
         candidates = line.split("\t")
         assert len(candidates) == 3 and candidates[0] == expected and len(set(candidates)) > 1
@@ -220,11 +222,11 @@ def test_plots_are_nonblank_pngs_and_the_head_grid_is_bigger(loaded, tmp_path):
 
 def test_translate_groups_the_n_best_of_each_sentence(loaded):
     """Sentences of different lengths are reordered into batches; each must get its own n outputs back."""
-    from hf_vaswani_training.serving.decoding import translate
+    from hf_vaswani_training.serving.decoding import translate_texts
 
     model, tokenizer = loaded
     sentences = ["A mouse sits .", "The old dogs of the teacher do not sleep under the table .", "We read ."]
-    n_best = translate(model, tokenizer, sentences, max_tokens=40, num_beams=3, num_return_sequences=3)
+    n_best = translate_texts(model, tokenizer, sentences, max_tokens=40, num_beams=3, num_return_sequences=3)
     assert [len(group) for group in n_best] == [3, 3, 3]
     for sentence, group in zip(sentences, n_best, strict=True):
         alone = model.generate(**tokenizer([sentence], return_tensors="pt"), num_beams=3, num_return_sequences=3)

@@ -31,12 +31,11 @@ import html
 import logging
 import os
 import re
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..staging import staged_folder
 from ..usage import ArgumentParser, one_line
 from .textfiles import CONTROL_CHARACTERS, ParallelDataError, iter_lines, pair_half, read_text_pair
 
@@ -123,10 +122,9 @@ def prepare(
     if (dataset_name is None) == (train is None):
         raise ParallelDataError("give either --train (with --validation/--test) or --dataset_name, not both or neither")
     langs = (source_lang, target_lang)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     counts: dict[str, int] = {}
-    try:
+    # An existing --out (with --overwrite) is renamed aside, replaced, then deleted: never half old, half new.
+    with staged_folder(out, replace=True) as staging:
         if dataset_name is not None:
             # The loader training uses: split names (dev, valid) and column layouts are handled, and a missing
             # repository or configuration is a one-line error.
@@ -146,12 +144,6 @@ def prepare(
             for name, spec in (("valid", validation), ("test", test)):
                 if spec is not None:
                     counts[name] = _write_split(_pairs_of(spec, source_lang, target_lang), staging, name, langs)
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return counts
 
 

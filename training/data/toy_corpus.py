@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 SOURCE_LANG = "en"
 TARGET_LANG = "tt"
 SPLITS = ("train", "validation", "test")
+# The default split sizes (generate_corpus, this module's command line, vaswani-train's --toy_num_* options).
+NUM_TRAIN, NUM_VALIDATION, NUM_TEST = 40000, 1000, 1000
 
 # Sentences outside these bounds (in space-separated English tokens, punctuation included) are resampled.
 MIN_SOURCE_TOKENS = 4
@@ -754,8 +756,8 @@ def render_tt(sentence: Sentence) -> str:
     return _capitalize_first(words)
 
 
-def translate(sentence: Sentence) -> dict[str, str]:
-    """Render one abstract sentence as an HF translation dict {"en": ..., "tt": ...}."""
+def render_pair(sentence: Sentence) -> dict[str, str]:
+    """Render one abstract sentence in both languages, as an HF translation dict {"en": ..., "tt": ...}."""
     return {SOURCE_LANG: render_en(sentence), TARGET_LANG: render_tt(sentence)}
 
 
@@ -888,7 +890,7 @@ def sample_sentence(rng: random.Random) -> Sentence:
 
 
 def generate_corpus(
-    num_train: int = 40000, num_validation: int = 1000, num_test: int = 1000, seed: int = 0
+    num_train: int = NUM_TRAIN, num_validation: int = NUM_VALIDATION, num_test: int = NUM_TEST, seed: int = 0
 ) -> dict[str, list[dict[str, str]]]:
     """Deterministic parallel corpus {"train"|"validation"|"test": [{"en": ..., "tt": ...}, ...]}.
 
@@ -928,7 +930,7 @@ def generate_corpus(
 
 
 def corpus_as_dataset_dict(
-    num_train: int = 40000, num_validation: int = 1000, num_test: int = 1000, seed: int = 0
+    num_train: int = NUM_TRAIN, num_validation: int = NUM_VALIDATION, num_test: int = NUM_TEST, seed: int = 0
 ) -> datasets.DatasetDict:
     """generate_corpus as a datasets.DatasetDict with one column "translation" (datasets.Translation)."""
     # Imported here: the generator itself needs only the standard library, and datasets is slow to import.
@@ -961,9 +963,9 @@ def write_jsonl(corpus: dict[str, list[dict[str, str]]], out_dir: str | Path) ->
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="directory for train/validation/test .jsonl")
-    parser.add_argument("--num-train", type=int, default=40000)
-    parser.add_argument("--num-validation", type=int, default=1000)
-    parser.add_argument("--num-test", type=int, default=1000)
+    parser.add_argument("--num-train", type=int, default=NUM_TRAIN)
+    parser.add_argument("--num-validation", type=int, default=NUM_VALIDATION)
+    parser.add_argument("--num-test", type=int, default=NUM_TEST)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=8, help="number of training pairs to print")
     args = parser.parse_args(argv)

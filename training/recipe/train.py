@@ -38,7 +38,7 @@ from ..data.cache import (
 )
 from ..data.corpora import load_parallel_data
 from ..data.tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
-from ..serving.decoding import translate
+from ..serving.decoding import translate_texts
 from ..serving.push import network_problem
 from ..usage import (
     TrainRequest,
@@ -378,7 +378,7 @@ def evaluate_split(model, tokenizer, raw_split, source_lang, target_lang, metric
     sources = [pair[source_lang] for pair in raw_split["translation"]]
     references = [pair[target_lang] for pair in raw_split["translation"]]
     start = time.monotonic()
-    hypotheses = translate(
+    hypotheses = translate_texts(
         model,
         tokenizer,
         sources,

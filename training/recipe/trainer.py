@@ -1,4 +1,4 @@
-"""`Seq2SeqTrainer` with the three things the paper's recipe needs and the stock Trainer lacks.
+"""`Seq2SeqTrainer` with what the paper's recipe needs and the stock Trainer lacks.
 
 - Token-count batches (fairseq's --max-tokens) through `TokenBatchSampler`, rank-aware under Accelerate.
 - Label smoothing computed inside the model's fused `cross_entropy(label_smoothing=...)` instead of the Trainer's
@@ -11,8 +11,8 @@
   stock loop trains one step more and changes the final model).
 - With VASWANI_BATCH_LOG=DIR, a record of what each process trained on and of its final weights (`BatchLog`), to
   check data parallelism from outside: ranks that share sentences or end with different weights show in it.
-- Evaluation that decodes the validation split the way `translate` does (training/decoding.py: length-sorted
-  batches of at most --eval_max_tokens source tokens, outputs back in input order) instead of the stock
+- Evaluation that decodes the validation split the way vaswani-translate does (training/serving/decoding.py:
+  length-sorted batches of at most --eval_max_tokens source tokens, outputs back in input order) instead of the stock
   predict_with_generate loop (8 sentences a batch in dataset order, padded to the longest of each), and scores
   it with the project's sacreBLEU/chrF metric; eval_loss still comes from the stock loop.
 
@@ -21,7 +21,7 @@ leaves a half-written folder that `get_last_checkpoint` picks, and every resume 
 for trainer_state.json, or a safetensors header error) until someone deletes it by hand. Here a checkpoint is
 written to `.tmp-checkpoint-N` and renamed to `checkpoint-N` once every file is on disk, and resuming skips or
 refuses, naming the file, folders that are incomplete anyway (older runs, copies). What a complete checkpoint is
-and how it is written lives in training/checkpoints.py.
+and how it is written lives in training/recipe/checkpoints.py (the renaming in training/staging.py).
 """
 
 import hashlib
@@ -45,7 +45,7 @@ from transformers.trainer_utils import SaveStrategy, TrainOutput
 
 from ..data.batching import BucketPadding, TokenBatchSampler, batch_shapes_for
 from ..data.cache import sequence_lengths
-from ..serving.decoding import translate_ids
+from ..serving.decoding import DEFAULT_MAX_TOKENS, translate_ids
 from .checkpoints import (
     checkpoint_name,
     checkpoint_problem,
@@ -122,7 +122,7 @@ class BatchLog(TrainerCallback):
     trains on (the step, a hash of each source sentence's token ids) and, when training ends, one line with a hash
     of each of its weights. Written from `VaswaniTrainer.training_step`, so it shows the batches the model got after
     the sampler, Accelerate's data loader and, on resume, its skipping of the batches already trained on. A check,
-    not for speed: it copies every batch to the host. tests/test_multi_machine.py reads it."""
+    not for speed: it copies every batch to the host. tests/recipe/test_multi_machine.py reads it."""
 
     ENV = "VASWANI_BATCH_LOG"
 
@@ -179,7 +179,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens or None
         self.batch_shapes = batch_shapes_for(batch_shapes, self.args.device.type)  # --batch_shapes: None = exact
         # The `evaluate` module of training/metrics; with predict_with_generate it makes evaluation decode through
-        # training/decoding.py (see evaluation_loop) instead of compute_metrics on the stock generated tokens.
+        # training/serving/decoding.py (see evaluation_loop) instead of compute_metrics on the stock generated tokens.
         self.translation_metric = translation_metric
         self._decoding_evaluation = False
         if self.args.label_names is None:
@@ -346,7 +346,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self._tokens_since_log, self._time_of_last_log = 0, now
         super().log(logs, start_time)
 
-    # ---- evaluation: decoded like translate() ---------------------------------------------------------------------
+    # ---- evaluation: decoded like translate_texts() ---------------------------------------------------------------
 
     def _decodes_for_metrics(self) -> bool:
         if not self.args.predict_with_generate or self.translation_metric is None or self.args.prediction_loss_only:
@@ -367,7 +367,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
     ):
         """The stock loop for eval_loss (forward passes only), then BLEU and chrF of the split decoded by
-        `decoding.translate_ids`, the function behind `translate` and the final evaluation.
+        `decoding.translate_ids`, the function behind `translate_texts` (vaswani-translate) and the final evaluation.
 
         Several processes shard the decoding: every rank takes every world_size-th of the same length-sorted
         batches, the hypotheses are gathered (`gather_object`) and every rank scores the whole split, so all of
@@ -409,7 +409,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         """Hypotheses for every source of `input_ids` (token ids), in their order, on every process."""
         gen_kwargs = {key: value for key, value in getattr(self, "_gen_kwargs", {}).items() if value is not None}
         world_size, rank = self.args.world_size, self.args.process_index
-        eval_max_tokens = getattr(self.args, "eval_max_tokens", 6000)
+        eval_max_tokens = getattr(self.args, "eval_max_tokens", DEFAULT_MAX_TOKENS)
         ours = translate_ids(
             self.model,
             self.processing_class,
@@ -505,7 +505,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         (5) checkpoints go to the output folder's `checkpoints/` (training/recipe/checkpoints.py), and the rotation
         is `checkpoints.rotate_checkpoints`, which renames a folder before deleting it; (6) a callback state the
         resumed trainer_state.json lacks (a newer callback) is added, not a KeyError.
-        Re-read the stock method when upgrading transformers: tests/test_reliability.py fails on a release whose
+        Re-read the stock method when upgrading transformers: tests/recipe/test_reliability.py fails on a release whose
         stock method differs from the one this was read against.
         """
         self._raise_if_nonfinite()  # no checkpoint after a skipped, non-finite step

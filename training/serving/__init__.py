@@ -1,6 +1,6 @@
 """The serving wing (§6.1 and use): a trained model folder in, translations and shipped artefacts out.
 
-    decoding.py            translate / translate_ids: length-sorted batches through generate() with the paper's
+    decoding.py            translate_texts / translate_ids: length-sorted batches through generate() with the paper's
                            decoding (beam 4, GNMT length penalty 0.6, source length + 50; hf_vaswani)
     translate.py           vaswani-translate: sentences or files, generate() or CTranslate2, attention plots
     attention_plot.py      encoder-decoder attention of a translation, as a matplotlib figure

@@ -28,7 +28,7 @@ models trained here) onto CTranslate2's options:
   (length_penalty_type="gnmt") cannot be expressed, so alpha is used in the other formula.
 - max_length_offset k (outputs of each source at most its length + k) -> max_decoding_length = the longest source
   of the batch + k: CTranslate2 has one limit per batch. Batches are length-sorted (those of
-  `training.decoding.translate`), so the two differ only for the shorter sources of a batch.
+  `training.serving.decoding.translate_texts`), so the two differ only for the shorter sources of a batch.
 - early_stopping="never" (the paper's config: keep searching while a running beam can still win) cannot be
   expressed: CTranslate2 finishes a source once beam_size hypotheses have ended, which is generate()'s
   early_stopping=True (CTranslate2's `patience` > 1 waits for more, not the same rule either).
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from ..usage import UsageError, check_loaded_model, tokenizer_problem
+from .decoding import DEFAULT_MAX_SENTENCES, DEFAULT_MAX_TOKENS, length_sorted_batches
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 # Written next to the converted model: what the conversion chose, and the decoding defaults of the source model.
 EXPORT_INFO_FILE = "vaswani_ctranslate2.json"
 CT2_MODEL_FILE = "model.bin"
+# VaswaniConfig's default max_position_embeddings (hf_vaswani/configuration_vaswani.py): what a config.json, or an
+# export info file, without the field means.
+DEFAULT_MAX_POSITIONS = 1024
 
 
 class CTranslate2NotInstalled(UsageError, ImportError):
@@ -270,7 +274,7 @@ def convert_to_ctranslate2(
     info = {
         "source_model": str(model_dir),
         "quantization": quantization or "float32",
-        "max_positions": max_positions or model_config.get("max_position_embeddings", 1024),
+        "max_positions": max_positions or model_config.get("max_position_embeddings", DEFAULT_MAX_POSITIONS),
         "ctranslate2_version": ctranslate2.__version__,
     }
     (out_dir / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
@@ -297,7 +301,11 @@ def _generation_defaults(model_dir: Path) -> dict[str, Any]:
 
 
 class CTranslate2Translator:
-    """A converted model and its tokenizer; `translate` has the conventions of `training.decoding.translate`.
+    """A converted model and its tokenizer; `translate` has the conventions of `decoding.translate_texts`.
+
+    The method keeps the name `translate`, the one users know from fairseq's hub interface (`model.translate(...)`)
+    and OpenNMT-py's `Translator.translate`; on a translator object it cannot be mistaken for the module or the
+    console script. `translate_tokens` is the same with token ids out.
 
     `device`: "cpu", "cuda" or "cuda:N"; `compute_type`: CTranslate2's ("default" runs the type the model was
     converted to); `intra_threads`: OpenMP threads (0: CTranslate2's default, OMP_NUM_THREADS when it is set).
@@ -336,14 +344,14 @@ class CTranslate2Translator:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
         info_path = model_dir / EXPORT_INFO_FILE
         info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-        self.max_positions: int = info.get("max_positions", 1024)
+        self.max_positions: int = info.get("max_positions", DEFAULT_MAX_POSITIONS)
         self.generation_defaults = _generation_defaults(model_dir)
 
     def translate_tokens(
         self,
         sentences: Sequence[str],
-        max_tokens: int = 6000,
-        max_sentences: int = 256,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_sentences: int = DEFAULT_MAX_SENTENCES,
         max_source_length: int | None = None,
         num_beams: int | None = None,
         length_penalty: float | None = None,
@@ -368,8 +376,6 @@ class CTranslate2Translator:
             )
         if not sentences:
             return []
-        from .decoding import length_sorted_batches  # imports torch: only when translating
-
         tokenizer = self.tokenizer
         max_input = min(max_source_length or self.max_positions, self.max_positions)
         blank_as_empty = [sentence if sentence.strip() else "" for sentence in sentences]
@@ -387,7 +393,7 @@ class CTranslate2Translator:
             options.update(
                 sampling_topk=top_k or 0, sampling_topp=top_p or 1.0, sampling_temperature=temperature or 1.0
             )
-        # An empty source (only padding, BOS, EOS) translates to an empty output, as in training.decoding.translate.
+        # An empty source (only padding, BOS, EOS) translates to an empty output, as in decoding.translate_texts.
         nothing = {tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id} - {None}
         outputs: list = [[[] for _ in range(num_return_sequences)] if set(ids) <= nothing else None for ids in encoded]
         kept = [index for index, output in enumerate(outputs) if output is None]
@@ -409,7 +415,7 @@ class CTranslate2Translator:
 
     def translate(self, sentences: Sequence[str], **kwargs) -> list[str] | list[list[str]]:
         """Translate `sentences` in length-sorted batches of at most `max_tokens` source tokens (at most
-        `max_sentences` each), in input order, as `training.decoding.translate` does with generate().
+        `max_sentences` each), in input order, as `decoding.translate_texts` does with generate().
 
         Decoding options (num_beams, length_penalty, max_length_offset, max_new_tokens, num_return_sequences,
         do_sample, top_k, top_p, temperature) left as None take the source model's generation_config values;

@@ -1,12 +1,20 @@
-"""Batched translation with a trained model: sentences in, detokenized sentences out, in input order."""
+"""Batched translation with a trained model: sentences in, detokenized sentences out, in input order.
+
+`translate_texts` takes sentences, `translate_ids` token ids (what evaluation during training has). Torch loads when
+translating, not on import: vaswani-translate's argument parser and the CTranslate2 translator take the batching
+defaults from here before any model is loaded.
+"""
 
 import logging
 from collections.abc import Sequence
 
-import torch
-from tqdm.auto import tqdm
-
 logger = logging.getLogger(__name__)
+
+# The one home of the decoding batch defaults (vaswani-translate --max_tokens, vaswani-train --eval_max_tokens,
+# CTranslate2Translator): at most this many padded source tokens a batch (beam search multiplies the work by the beam
+# size), and at most this many sentences.
+DEFAULT_MAX_TOKENS = 6000
+DEFAULT_MAX_SENTENCES = 256
 
 
 def length_sorted_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int) -> list[list[int]]:
@@ -66,13 +74,12 @@ def _truncate(encoded, limit: int, limit_name: str, special_ids: set[int]) -> No
         )
 
 
-@torch.no_grad()
-def translate(
+def translate_texts(
     model,
     tokenizer,
     sentences: Sequence[str],
-    max_tokens: int = 6000,
-    max_sentences: int = 256,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_sentences: int = DEFAULT_MAX_SENTENCES,
     max_source_length: int | None = None,
     progress: bool = False,
     **generate_kwargs,
@@ -108,27 +115,29 @@ def translate(
     )
 
 
-@torch.no_grad()
 def translate_ids(
     model,
     tokenizer,
     input_ids: Sequence[Sequence[int]],
-    max_tokens: int = 6000,
-    max_sentences: int = 256,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_sentences: int = DEFAULT_MAX_SENTENCES,
     progress: bool = False,
     shard: tuple[int, int] = (0, 1),
     **generate_kwargs,
 ) -> list:
-    """What `translate` does once the sources are token ids (EOS included, already truncated): length-sorted
+    """What `translate_texts` does once the sources are token ids (EOS included, already truncated): length-sorted
     batches of at most `max_tokens` padded source tokens through `model.generate()`, outputs in input order.
 
     Evaluation during training calls this on the tokenized validation split, so it decodes exactly as
-    `translate` and the final evaluation do. `shard=(rank, world_size)` decodes only batches rank, rank +
+    `translate_texts` and the final evaluation do. `shard=(rank, world_size)` decodes only batches rank, rank +
     world_size, ... of the one length-sorted list; the other entries of the result are None (the caller gathers).
 
     An empty source (no ids but padding, BOS and EOS: what an empty or blank line encodes to) is not decoded: its
     translation is the empty string (n of them with `num_return_sequences=n`), on every rank.
     """
+    import torch
+    from tqdm.auto import tqdm
+
     rank, world_size = shard
     num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
     outputs: list = [None] * len(input_ids)
@@ -150,7 +159,8 @@ def translate_ids(
     for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
         features = [{"input_ids": list(input_ids[i]), "attention_mask": [1] * lengths[i]} for i in batch]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)
-        generated = model.generate(**inputs, **generate_kwargs)
+        with torch.no_grad():
+            generated = model.generate(**inputs, **generate_kwargs)
         texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
         # generate() returns each source's n sequences as consecutive rows
         for position, index in enumerate(batch):

@@ -15,7 +15,7 @@ Tabs and line breaks inside a translation are written as spaces, so that this la
 
 Decoding defaults come from the model's generation_config.json; for models trained here that is the paper's beam
 search: 4 beams, GNMT length penalty alpha = 0.6, outputs at most source length + 50 tokens. Batches are sorted by
-length and bounded by --max_tokens source tokens (`training.decoding.translate`). Sources longer than
+length and bounded by --max_tokens source tokens (`training.serving.decoding.translate_texts`). Sources longer than
 --max_source_length (default: the tokenizer's model_max_length) are truncated to it, with a warning.
 
 --engine ctranslate2 decodes with CTranslate2 instead (MODEL_DIR written by `vaswani-export --format ctranslate2`):
@@ -50,6 +50,7 @@ from ..usage import (
     positive_int,
     require_extra,
 )
+from .decoding import DEFAULT_MAX_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     hardware = parser.add_argument_group("batching and hardware")
-    hardware.add_argument("--max_tokens", type=positive_int, default=6000, help="source tokens per batch")
+    hardware.add_argument("--max_tokens", type=positive_int, default=DEFAULT_MAX_TOKENS, help="source tokens per batch")
     hardware.add_argument("--max_source_length", type=positive_int, help="truncate sources to this many tokens")
     hardware.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
     hardware.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: the dtype the weights were saved in")
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers
 
-    from .decoding import translate
+    from .decoding import translate_texts
 
     transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar; the translation bar stays
     model, tokenizer = load_model_and_tokenizer(args)
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     indices = [i for i, sentence in enumerate(sentences) if sentence]
     if args.seed is not None:
         transformers.set_seed(args.seed)
-    translations = translate(
+    translations = translate_texts(
         model,
         tokenizer,
         [sentences[i] for i in indices],
