@@ -6,7 +6,7 @@ it under Settings -> Variables) or a folder; without it, `outputs/toy`, the fold
 model that does not load shows its error in the page. A Space serves everyone, so visitors may not load other models
 unless VASWANI_ALLOW_LOAD lists what they may load (space-separated Hub ids, folders, or patterns such as
 `your-name/*`; the served model stays loaded whatever they load). docs/space/ holds the Space's README (its card,
-with the SDK settings) and requirements; README.md says how to upload them.
+with the SDK settings) and requirements; docs/serving.md says how to upload them.
 """
 
 import os

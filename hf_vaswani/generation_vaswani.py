@@ -173,7 +173,7 @@ _GNMT_HOOK_MISMATCH = signature_mismatch(_GNMT_HOOK_CALLS, complete=False)
 
 @functools.cache
 def _log_loop(search: str, loop: str) -> None:
-    """Once per process and loop: which loop a search runs (for version checks; see README)."""
+    """Once per process and loop: which loop a search runs (for version checks; see docs/using.md)."""
     logger.debug(f"hf-vaswani generation: {search}: {loop} (transformers {transformers.__version__})")
 
 

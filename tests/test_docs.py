@@ -30,8 +30,9 @@ tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Py
 
 # Folders at the repository root whose paths the words name.
 PATH_ROOTS = ("hf_vaswani", "training", "tests", "benchmarks", "docs", ".ci", "scripts")
-# Folders that are not words: build outputs, caches, test artifacts, other environments.
-SKIPPED_DIRS = {".git", "outputs", "runs", "build", "dist", ".transformers_envs", "__pycache__", "artifacts", "data"}
+# Folders that are not words: at the top, data, run outputs, builds and other environments; anywhere, caches.
+SKIPPED_TOP = {"data", "outputs", "runs", "build", "dist", ".transformers_envs", ".transformers_tests"}
+SKIPPED_ANY = {".git", "__pycache__", "artifacts"}
 
 # Names that are examples by nature, not paths of this repository. Each with its reason.
 ALLOWED_NAMES = {
@@ -70,7 +71,9 @@ def repo_files() -> tuple[Path, ...]:
     return tuple(
         path
         for path in files
-        if path.is_file() and not SKIPPED_DIRS.intersection(path.relative_to(REPO_ROOT).parts[:-1])
+        if path.is_file()
+        and path.relative_to(REPO_ROOT).parts[0] not in SKIPPED_TOP
+        and not SKIPPED_ANY.intersection(path.relative_to(REPO_ROOT).parts[:-1])
     )
 
 

@@ -514,8 +514,9 @@ def _export_ctranslate2(args: argparse.Namespace) -> int:
     if args.check:
         agreement = check_ctranslate2(args.model, args.out_dir, sentences, args.max_new_tokens, args.trust_remote_code)
     elif quantization != "float32":
-        # Quantized kernels differ by CPU (README, "int8 on other CPUs"): a quantized export always measures itself
-        # on the sample sentences (a few seconds), so that a model far from generate() on this CPU is never silent.
+        # Quantized kernels differ by CPU (docs/serving.md, "int8 on other CPUs"): a quantized export always measures
+        # itself on the sample sentences (a few seconds), so that a model far from generate() on this CPU is never
+        # silent.
         agreement = compare_with_generate(
             args.model, args.out_dir, sentences, args.max_new_tokens, args.trust_remote_code, verbose=False
         )
