@@ -804,7 +804,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        if loss_only:
+        # Under torch.compile every position is scored instead (ignore_index skips the padding): N changes every
+        # batch, and selecting it is a data-dependent shape, a graph break and a recompile per N with dynamic=False.
+        if loss_only and not torch.compiler.is_compiling():
             # Not in Marian: the pre-softmax linear transformation only at the N positions that have a label.
             labels = labels.to(hidden_states.device)
             is_labelled = labels != -100
