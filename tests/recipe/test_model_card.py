@@ -145,7 +145,7 @@ def test_example_card_is_consistent_with_the_template(run_dir):
     # The same metadata fields, and the example's first lines say it is an example filled in by training.
     assert list(example_metadata) == list(generated_metadata)
     assert example.splitlines()[1].startswith("# EXAMPLE model card")
-    assert "python -m training.train" in example[:600] and "README.md" in example[:600]
+    assert "vaswani-train" in example[:600] and "README.md" in example[:600]
     assert example_metadata["model-index"][0]["results"][0]["metrics"][0]["args"]["signature"].startswith("nrefs:")
     assert PLACEHOLDER.findall(example_body) == []
 
