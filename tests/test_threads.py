@@ -1,0 +1,107 @@
+"""training/threads.py: the thread count follows the CPUs free to the command (affinity, cgroup quota, others' load),
+and the user's --threads / OMP_NUM_THREADS decide over it."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from training import threads as th
+
+
+class FakeTorch:
+    def __init__(self):
+        self.calls = []
+
+    def set_num_threads(self, n):
+        self.calls.append(n)
+
+
+def test_requested_and_environment_decide():
+    assert th.choose_threads(3, environ={}, others_busy=0.0).threads == 3
+    assert th.choose_threads(None, environ={"OMP_NUM_THREADS": "1"}, others_busy=5.0).threads == 1
+    choice = th.choose_threads(None, environ={"OMP_NUM_THREADS": "1"}, others_busy=0.0)
+    assert "OMP_NUM_THREADS=1" in choice.line() or os.cpu_count() == 1
+
+
+@pytest.mark.parametrize(
+    "busy, allowed, expected",
+    [(None, 2, 2), (0.0, 2, 2), (0.4, 2, 2), (0.6, 2, 1), (1.0, 2, 1), (2.0, 2, 1), (1.0, 8, 7), (3.4, 8, 5)],
+)
+def test_a_core_counts_as_taken_when_others_use_more_than_half_of_it(busy, allowed, expected):
+    assert th.free_cpus(busy, allowed) == expected
+
+
+def test_cgroup_quota_v2_and_v1(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert th.quota_cpus(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert th.quota_cpus(tmp_path) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert th.quota_cpus(v1) == 1.0
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert th.quota_cpus(v1) is None
+
+
+def test_quota_limits_and_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(th, "affinity_cpus", lambda: 4)
+    monkeypatch.setattr(th.os, "cpu_count", lambda: 4)
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    choice = th.choose_threads(None, environ={}, others_busy=0.0, cgroup_root=tmp_path)
+    assert choice.threads == 1
+    assert "cgroup CPU quota 1" in choice.line()
+
+
+def test_a_busy_machine_is_named_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(th, "affinity_cpus", lambda: 2)
+    monkeypatch.setattr(th.os, "cpu_count", lambda: 2)
+    choice = th.choose_threads(None, environ={}, others_busy=1.0, cgroup_root=tmp_path)
+    assert choice.threads == 1
+    line = choice.line()
+    assert "1 of 2" in line and "1.0 CPUs busy" in line and "--threads" in line and "\n" not in line
+    quiet = th.choose_threads(None, environ={}, others_busy=0.0, cgroup_root=tmp_path)
+    assert quiet.threads == 2 and quiet.line() == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="samples /proc/stat (Linux)")
+def test_the_sampler_sees_another_process_and_not_itself():
+    # Own work is not others' work: a busy loop in this process leaves "others" near what the machine had before.
+    sampler = th.BusySampler()
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        pass
+    own_loop = sampler.others_busy()
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend=time.time()+3\nwhile time.time()<end: pass"])
+    try:
+        time.sleep(0.3)
+        sampler.others_busy()
+        time.sleep(0.6)
+        with_spinner = sampler.others_busy()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    # Whatever else the machine runs, a spinning child adds most of one CPU that the own loop did not.
+    assert with_spinner is not None and own_loop is not None
+    assert with_spinner >= 0.6
+    assert with_spinner - own_loop >= 0.3 or own_loop >= 0.8
+
+
+def test_the_watch_follows_the_load_unless_the_user_chose(monkeypatch):
+    class Sampler:
+        values = [1.0, 0.0]
+
+        def others_busy(self):
+            return self.values.pop(0)
+
+    torch = FakeTorch()
+    watch = th.ThreadWatch(th.ThreadChoice(2, 2, ""), torch, every_seconds=0.0, allowed=2)
+    watch._sampler = Sampler()
+    assert watch.check() == 1 and torch.calls == [1]
+    assert watch.check() == 2 and torch.calls == [1, 2]
+    fixed = th.ThreadWatch(th.ThreadChoice(2, 2, "", chosen=True), FakeTorch(), every_seconds=0.0, allowed=2)
+    assert fixed.check() is None
