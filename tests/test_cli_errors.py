@@ -14,7 +14,9 @@ import pytest
 
 from hf_vaswani_training import cli, usage
 from hf_vaswani_training.data.tokenizer import TRAINED_WITH_FILE, save_trained_tokenizer, train_joint_bpe
-from hf_vaswani_training.recipe.train import check_arguments, parse_arguments
+from hf_vaswani_training.recipe import options
+from hf_vaswani_training.recipe.options import parse_arguments
+from hf_vaswani_training.recipe.train import check_arguments
 from hf_vaswani_training.serving.decoding import translate_texts
 from tests.conftest import REPO_ROOT, TINY_RUN, assert_one_line_error, run_cli, tiny_model
 
@@ -82,13 +84,13 @@ def test_translate_a_hub_like_name_that_is_no_folder_offline(tmp_path, capsys, m
 
 
 def test_train_refuses_a_transformers_release_it_was_never_run_on(tmp_path, capsys, monkeypatch):
-    cli.check_training_transformers(cli.TRAINING_MIN_TRANSFORMERS)  # the oldest supported passes
-    check = cli.check_training_transformers
-    monkeypatch.setattr(cli, "check_training_transformers", lambda: check("5.0.0"))
+    options.check_training_transformers(options.TRAINING_MIN_TRANSFORMERS)  # the oldest supported passes
+    check = options.check_training_transformers
+    monkeypatch.setattr(options, "check_training_transformers", lambda: check("5.0.0"))
     output_dir = tmp_path / "run"
     status, stderr = run_cli("train", *TINY_RUN, "--output_dir", output_dir, capsys=capsys)
     assert_one_line_error(
-        status, stderr, "train", "this is 5.0.0", f'"transformers>={cli.TRAINING_MIN_TRANSFORMERS},<6"'
+        status, stderr, "train", "this is 5.0.0", f'"transformers>={options.TRAINING_MIN_TRANSFORMERS},<6"'
     )
     assert not output_dir.exists()
 
@@ -433,15 +435,15 @@ def test_every_command_answers_a_bad_argument_before_torch_datasets_or_gradio(tm
 
 
 def test_the_option_names_read_before_torch_cover_every_option_of_the_real_parser():
-    """cli.training_option_names() reads the argument dataclasses' source with ast; it must know every field the real
+    """options.training_option_names() reads the argument dataclasses' source with ast; it must know every field the real
     HfArgumentParser accepts (else a valid option would be refused before torch loads)."""
     from hf_vaswani_training.data.arguments import DataArguments
     from hf_vaswani_training.recipe.arguments import ModelArguments, VaswaniTrainingArguments
-    from hf_vaswani_training.recipe.train import _TrainArgumentParser
+    from hf_vaswani_training.recipe.options import _TrainArgumentParser
 
     parser = _TrainArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
     fields = {action.dest for action in parser._actions if action.option_strings and action.dest != "help"}
-    assert fields and fields <= cli.training_option_names()
+    assert fields and fields <= options.training_option_names()
 
 
 def test_checkpoint_names_spelled_out_are_the_trainers():

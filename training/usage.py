@@ -1,5 +1,5 @@
 """The ground floor of every command: the user-error contract, the argument parser and types, and the checks of
-files, model folders and recipes that need no torch.
+files and model folders that need no torch.
 
 A mistake of the user's (a wrong option, a missing or corrupted file, bad data) is a `UsageError`: the command prints
 it as ONE line on standard error, naming the file/line/option, what is wrong and how to fix it, and exits with status
@@ -10,7 +10,8 @@ Exit status: 0 success; 1 the work ran but a check it was asked for failed (`vas
 that differ); 2 a user error (one line on stderr); 130 interrupted; anything else a bug.
 
 This module imports only the standard library at its top, and imports nothing of this package: every other module
-may import it, and cli.py (the front door) runs its checks before torch, transformers, datasets or gradio load.
+may import it, and each command's checks (vaswani-train's in recipe/options.py, the others' in their own modules)
+run with it before torch, transformers, datasets or gradio load.
 """
 
 from __future__ import annotations
@@ -21,14 +22,11 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
 DEBUG_ENV = "HF_VASWANI_DEBUG"
-RECIPES_DIR = Path(__file__).resolve().parent / "recipe" / "recipes"
-RECIPE_SUFFIXES = (".json", ".yaml", ".yml")
 # What `from_pretrained` accepts as weights; a model folder needs one of them.
 WEIGHT_FILES = (
     "model.safetensors",
@@ -414,111 +412,6 @@ def require_extra(modules: Sequence[str], extra: str, needed_for: str) -> None:
             ) from None
 
 
-# ---- recipes ----------------------------------------------------------------------------------------------------------
-
-
-def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.iterdir() if p.suffix in RECIPE_SUFFIXES)
-
-
-def find_recipe(value: str) -> Path:
-    """A recipe given as a path, or by the name of one shipped with the package (`toy`, `multi30k`)."""
-    path = Path(value)
-    if path.is_file():
-        return path
-    for suffix in ("", *RECIPE_SUFFIXES):
-        shipped = RECIPES_DIR / f"{value}{suffix}"
-        if "/" not in value and shipped.is_file():
-            return shipped
-    names = recipe_names()
-    close = difflib.get_close_matches(Path(value).stem, names, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise UsageError(
-        f"recipe {value}: no such file, and the package has no recipe of that name (its recipes: "
-        f"{', '.join(names)}){hint}"
-    )
-
-
-def read_recipe(path: Path) -> dict:
-    """A JSON/YAML recipe: a mapping of argument names to values."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            values = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise UsageError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
-    else:
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{path}, line {error.lineno}: not valid JSON ({error.msg})") from None
-    if not isinstance(values, dict):
-        raise UsageError(f"{path}: a recipe must be a mapping of argument names to values")
-    return values
-
-
-@dataclass(frozen=True)
-class TrainRequest:
-    """What vaswani-train's front door (cli.py) read and checked before torch loaded, handed to recipe/train.py so
-    that the recipe is not found, read and parsed twice, nor a model folder (perhaps on the Hub) checked twice."""
-
-    recipe: Path | None  # the recipe file, or None when only options were given
-    values: dict  # its values
-    argv: tuple[str, ...]  # the options after it, which override it
-    checked_model: str | None = None  # --model_name_or_path, already checked by check_model_dir
-
-
-def recipe_to_argv(values: dict) -> list[str]:
-    argv = []
-    for key, value in values.items():
-        values_list = value if isinstance(value, list) else [value]
-        argv += [f"--{key}", *(str(v) for v in values_list)]
-    return argv
-
-
-# Where the data comes from: a Hub dataset (with its configuration and columns) or local files.
-HUB_DATA_OPTIONS = ("dataset_name", "dataset_config_name", "source_column", "target_column")
-FILE_DATA_OPTIONS = ("data_dir", "train_file", "validation_file", "test_file")
-
-
-def split_recipe(argv: Sequence[str]) -> tuple[Path | None, dict, list[str]]:
-    """(recipe path, its values, the other arguments) for `vaswani-train [RECIPE] [--option value ...]`.
-
-    A data source named on the command line replaces the recipe's whole: `--data_dir`/`--*_file` drop the recipe's
-    `dataset_name` (with its configuration and columns), and `--dataset_name` drops the recipe's local files, so
-    `vaswani-train multi30k --data_dir DIR` reads DIR and never asks the Hub."""
-    argv = list(argv)
-    if not argv or argv[0].startswith("-"):
-        return None, {}, argv
-    path = find_recipe(argv[0])
-    values, rest = read_recipe(path), argv[1:]
-    end = rest.index("--") if "--" in rest else len(rest)
-    named = {token.lstrip("-").split("=", 1)[0].replace("-", "_") for token in rest[:end] if token.startswith("--")}
-    if named & set(FILE_DATA_OPTIONS):
-        values = {key: value for key, value in values.items() if key not in HUB_DATA_OPTIONS}
-    elif "dataset_name" in named:
-        values = {key: value for key, value in values.items() if key not in FILE_DATA_OPTIONS + HUB_DATA_OPTIONS}
-    return path, values, rest
-
-
-def raw_options(recipe: dict, argv: Sequence[str]) -> dict[str, str]:
-    """The values of `--name value` / `--name=value` options, recipe first and the command line over it: enough to
-    check the files a training run names before the real parser (which needs transformers) exists."""
-    options = {key: str(value) for key, value in recipe.items() if not isinstance(value, list)}
-    tokens = list(argv)
-    for index, token in enumerate(tokens):
-        if not token.startswith("--"):
-            continue
-        if "=" in token:
-            name, value = token[2:].split("=", 1)
-            options[name] = value
-        elif index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
-            options[token[2:]] = tokens[index + 1]
-    return options
-
-
 # ---- running a command --------------------------------------------------------------------------------------------------
 
 
@@ -535,7 +428,8 @@ def _debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
     return bool(flags) or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on"), argv
 
 
-def one_line(message: str) -> str:
+def error_line(message: object) -> str:
+    """An error message as the one line a command prints: every run of whitespace, line breaks included, one space."""
     return " ".join(str(message).split())
 
 
@@ -547,7 +441,7 @@ def run_command(prog: str, function: Callable[[list[str]], int | None], argv: Se
     except UsageError as error:
         if debug:
             raise
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        print(f"{prog}: error: {error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         if debug:

@@ -12,7 +12,8 @@ from hf_vaswani_training.data.arguments import DataArguments
 from hf_vaswani_training.data.corpora import ParallelDataError, load_parallel_data
 from hf_vaswani_training.data.prepare_wmt import main as prepare_main
 from hf_vaswani_training.data.prepare_wmt import prepare
-from hf_vaswani_training.recipe.train import load_preset, main, parse_arguments
+from hf_vaswani_training.recipe.options import parse_arguments
+from hf_vaswani_training.recipe.train import load_preset, main
 from tests.conftest import REPO_ROOT
 
 RECIPES = REPO_ROOT / "training" / "recipe" / "recipes"

@@ -30,10 +30,11 @@ from hf_vaswani_training.recipe.checkpoints import (
 )
 from hf_vaswani_training.recipe.console import configure_logging
 from hf_vaswani_training.recipe.model_card import render_model_card
+from hf_vaswani_training.recipe.options import find_recipe, read_recipe
 from hf_vaswani_training.recipe.run_record import RunRecord
 from hf_vaswani_training.recipe.train import main, stopped_early
 from hf_vaswani_training.serving.push import files_to_push
-from hf_vaswani_training.usage import UsageError, find_recipe, read_recipe
+from hf_vaswani_training.usage import UsageError
 from tests.conftest import REPO_ROOT, TINY
 
 

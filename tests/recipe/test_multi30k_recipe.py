@@ -20,8 +20,7 @@ import pytest
 
 from hf_vaswani_training.data.arguments import DataArguments
 from hf_vaswani_training.data.corpora import load_parallel_data
-from hf_vaswani_training.recipe.train import as_request, parse_arguments
-from hf_vaswani_training.usage import split_recipe
+from hf_vaswani_training.recipe.options import as_request, parse_arguments, split_recipe
 from tests.conftest import MULTI30K_DIR, REPO_ROOT
 from tests.hub_stub import HubStub, hub_env
 
@@ -53,11 +52,10 @@ _UPLOAD = textwrap.dedent(
 _LOAD = textwrap.dedent(
     """
     import json, sys
-    from hf_vaswani_training import cli
     from hf_vaswani_training.data.corpora import load_parallel_data
-    from hf_vaswani_training.recipe.train import parse_arguments
+    from hf_vaswani_training.recipe.options import parse_arguments, preflight_train
 
-    request = cli.preflight_train(json.loads(sys.argv[1]))
+    request = preflight_train(json.loads(sys.argv[1]))
     model_args, data_args, training_args = parse_arguments(request)
     splits, stats = load_parallel_data(data_args, seed=training_args.seed)
     print("RESULT " + json.dumps({

@@ -29,12 +29,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 import hf_vaswani_training.recipe.train
 from hf_vaswani import sinusoidal_position_encoding
-from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.recipe.average_checkpoints import average_checkpoints
 from hf_vaswani_training.recipe.average_checkpoints import main as average_main
 from hf_vaswani_training.recipe.checkpoints import checkpoint_problem, last_complete_checkpoint
 from hf_vaswani_training.recipe.train import main
 from hf_vaswani_training.recipe.trainer import NonFiniteLossError, VaswaniTrainer
+from hf_vaswani_training.usage import UsageError
 from tests.conftest import REPO_ROOT, TINY, tiny_model
 
 PAD, BOS, EOS = 1, 0, 2

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from hf_vaswani_training.data.batching import TokenBatchSampler
-from hf_vaswani_training.recipe.train import check_tokenizer_fits, main, parse_arguments
+from hf_vaswani_training.recipe.options import parse_arguments
+from hf_vaswani_training.recipe.train import check_tokenizer_fits, main
 from tests.conftest import REPO_ROOT, TINY
 
 

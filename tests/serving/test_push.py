@@ -13,9 +13,9 @@ import textwrap
 import pytest
 import torch
 
-from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.recipe.train import main
 from hf_vaswani_training.serving.push import ModelFolderError, files_to_push, validate_model_folder
+from hf_vaswani_training.usage import UsageError
 from tests.conftest import REPO_ROOT, TINY
 from tests.hub_stub import HubStub, hub_env, hub_stub  # noqa: F401  (hub_stub is a fixture)
 

@@ -9,11 +9,11 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vaswani
-from hf_vaswani_training.cli import UsageError
 from hf_vaswani_training.recipe.train import main as train_main
 from hf_vaswani_training.serving.attention_plot import cross_attention, plot_attention
 from hf_vaswani_training.serving.decoding import translate_texts
 from hf_vaswani_training.serving.translate import main
+from hf_vaswani_training.usage import UsageError
 from tests.conftest import REPO_ROOT, TINY
 
 SENTENCES = [

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..staging import staged_folder
-from ..usage import ArgumentParser, one_line
+from ..usage import ArgumentParser, error_line
 from .textfiles import CONTROL_CHARACTERS, ParallelDataError, iter_lines, pair_half, read_text_pair
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             args.dataset_name, args.dataset_config_name, args.overwrite,
         )  # fmt: skip
     except (ParallelDataError, FileNotFoundError) as error:
-        print(f"{parser.prog}: error: {one_line(error)}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error_line(error)}", file=sys.stderr)
         return 2
     for name, count in counts.items():
         print(f"{name}: {count:,} pairs -> {Path(args.out) / name}.{{{args.source_lang},{args.target_lang}}}")

@@ -1,5 +1,7 @@
 """The recipe wing (§5.2-§5.4, and the checkpoint averaging of §6.1): the paper's training on the stock Trainer.
 
+    options.py             vaswani-train's command line, torch-free at import: the recipe files, the checks
+                           before torch (preflight_train), the parser (parse_arguments)
     train.py               vaswani-train: data -> tokenizer -> model -> train -> average -> evaluate -> package
     arguments.py           ModelArguments, VaswaniTrainingArguments: the paper's values as defaults
     trainer.py             VaswaniTrainer: Seq2SeqTrainer + token-count batches, fused label smoothing, safe

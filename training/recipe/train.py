@@ -3,9 +3,11 @@
     vaswani-train [RECIPE] [--argument value ...]             (`python -m training.train` from a checkout)
     accelerate launch --multi_gpu --num_processes 2 -m hf_vaswani_training.train [same arguments]
 
-RECIPE is a JSON/YAML file or the name of a recipe shipped in training/recipes (`toy`, `multi30k`); arguments after
-it override it. With no data named, the embedded toy corpus (training/toy_corpus.py) is used, so the command runs
-anywhere offline. See `vaswani-train --help`. Mistakes are UsageErrors, printed as one line by training/cli.py.
+RECIPE is a JSON/YAML file or the name of a recipe shipped in recipe/recipes/ (`toy`, `multi30k`); arguments after
+it override it. With no data named, the embedded toy corpus (data/toy_corpus.py) is used, so the command runs
+anywhere offline. See `vaswani-train --help`. The command line is read and checked in recipe/options.py (before
+torch, when run as the console script); this module runs the recipe. Mistakes are UsageErrors, printed as one line
+by the console script (training/cli.py).
 """
 
 import contextlib
@@ -17,14 +19,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, HfArgumentParser, set_seed
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, set_seed
 
 import hf_vaswani
 
@@ -40,18 +41,7 @@ from ..data.corpora import load_parallel_data
 from ..data.tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
 from ..serving.decoding import translate_texts
 from ..serving.push import network_problem
-from ..usage import (
-    TrainRequest,
-    UsageError,
-    check_loaded_model,
-    check_model_dir,
-    check_output_dir,
-    check_safetensors,
-    one_line,
-    recipe_to_argv,
-    split_recipe,
-    unknown_options_message,
-)
+from ..usage import UsageError, check_loaded_model, check_model_dir, check_output_dir, check_safetensors
 from .arguments import ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
 from .checkpoints import (
@@ -67,6 +57,7 @@ from .checkpoints import (
 from .console import configure_logging, print_summary
 from .launch import check_launch
 from .model_card import write_model_card
+from .options import TrainRequest, as_request, parse_arguments
 from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
 from .schedule import peak_learning_rate
 from .trainer import TimeBudgetCallback, TrainingClock, VaswaniTrainer
@@ -75,59 +66,6 @@ logger = logging.getLogger(__name__)
 
 
 # ---- arguments ------------------------------------------------------------------------------------------------------
-
-
-class _TrainArgumentParser(HfArgumentParser):
-    """HfArgumentParser whose errors are UsageErrors (one line) and that names the recipe a bad value came from."""
-
-    recipe: Path | None = None
-    recipe_keys: frozenset[str] = frozenset()
-    command_line: tuple[str, ...] = ()
-
-    def error(self, message: str):
-        option = message.split(":", 1)[0].removeprefix("argument ").split("/")[0].strip()
-        name = option.removeprefix("--")
-        from_recipe = name in self.recipe_keys and not any(t.split("=")[0] == option for t in self.command_line)
-        where = f"{self.recipe}: key {name!r}: " if from_recipe else ""
-        raise UsageError(f"{where}{message} (see vaswani-train --help)")
-
-
-def _unknown_recipe_keys_message(recipe: Path, unknown: list[str], known: set[str]) -> str:
-    names = sorted(option.removeprefix("--") for option in known if option.startswith("--"))
-    close = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else "; vaswani-train --help lists the valid names"
-    more = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
-    return f"{recipe}: unknown key {unknown[0]!r}{more}{hint}"
-
-
-def parse_arguments(
-    argv: list[str] | TrainRequest | None = None,
-) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
-    """`[RECIPE] [--option value ...]`: RECIPE is a JSON/YAML file or the name of a shipped recipe (toy, multi30k);
-    options after it override its values. Options are matched exactly (no prefixes: a recipe's "max_step" is an
-    error, not max_steps), and every mistake is a UsageError naming the recipe file or the option. A TrainRequest
-    (the front door's reading of the same arguments) is used as it is, not read again."""
-    request = argv if isinstance(argv, TrainRequest) else as_request(sys.argv[1:] if argv is None else argv)
-    recipe, values, rest = request.recipe, request.values, list(request.argv)
-    parser = _TrainArgumentParser(
-        (ModelArguments, DataArguments, VaswaniTrainingArguments), prog="vaswani-train", allow_abbrev=False
-    )
-    parser.recipe, parser.recipe_keys, parser.command_line = recipe, frozenset(values), tuple(rest)
-    known = set(parser._option_string_actions)  # every spelling the parser accepts, aliases and --no_* included
-    unknown = [key for key in values if f"--{key}" not in known]
-    if unknown:
-        raise UsageError(_unknown_recipe_keys_message(recipe, unknown, known))
-    try:
-        *arguments, remaining = parser.parse_args_into_dataclasses(
-            args=recipe_to_argv(values) + rest, return_remaining_strings=True
-        )
-    except UsageError:
-        raise
-    except ValueError as error:  # the dataclasses' own checks (ours and Seq2SeqTrainingArguments')
-        raise UsageError(f"{one_line(error)} (see vaswani-train --help)") from error
-    if remaining:
-        raise UsageError(unknown_options_message(remaining, known, where="") + " (see vaswani-train --help)")
-    return tuple(arguments)
 
 
 def check_arguments(
@@ -251,9 +189,10 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
     return model
 
 
-def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
-    """generation_config.json of the output carries the paper's decoding (§6.1, hf_vaswani.PAPER_DECODING) as its
-    defaults, with this run's --generation_num_beams, --length_penalty and --max_length_offset."""
+def apply_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
+    """Give `model` this run's decoding: hf_vaswani.set_paper_decoding on its generation config (the paper's, §6.1,
+    hf_vaswani.PAPER_DECODING) with this run's --generation_num_beams, --length_penalty and --max_length_offset, so
+    that generation_config.json of the output carries them as its defaults."""
     hf_vaswani.set_paper_decoding(
         model.generation_config,
         num_beams=training_args.generation_num_beams or hf_vaswani.PAPER_DECODING["num_beams"],
@@ -261,9 +200,6 @@ def set_paper_decoding(model, training_args: VaswaniTrainingArguments) -> None:
         max_length_offset=training_args.max_length_offset,
     )
     model.generation_config._from_model_config = False
-
-
-# ---- launch ---------------------------------------------------------------------------------------------------------
 
 
 # ---- data -----------------------------------------------------------------------------------------------------------
@@ -275,7 +211,7 @@ def tokenize_splits(
     """input_ids/labels for every split, long training pairs handled as --long_sentences says.
 
     Built batch by batch into an on-disk Arrow cache keyed by the data, the tokenizer and the length settings
-    (training/data_cache.py), so a second run on the same data starts at once; the main process builds it first.
+    (data/cache.py), so a second run on the same data starts at once; the main process builds it first.
     """
     with main_process(desc="tokenizing"), tokenizers_parallelism():
         try:
@@ -436,7 +372,7 @@ def count_parameters(model) -> int:
 def make_model(model_args: ModelArguments, data_args: DataArguments, training_args, tokenizer):
     """The model to train, with the paper's decoding as its generation config and, unless given, its learning rate."""
     model = build_model(model_args, data_args, tokenizer)
-    set_paper_decoding(model, training_args)
+    apply_paper_decoding(model, training_args)
     logger.info("Model: %s, %.2fM parameters", model.config.to_diff_dict(), count_parameters(model) / 1e6)
     if not training_args.learning_rate:
         training_args.learning_rate = peak_learning_rate(model.config.d_model, training_args.warmup_steps)
@@ -539,7 +475,7 @@ def average_last_checkpoints(trainer: VaswaniTrainer, training_args: VaswaniTrai
 
 
 def save_final_model(model, tokenizer, training_args: VaswaniTrainingArguments) -> None:
-    set_paper_decoding(model, training_args)
+    apply_paper_decoding(model, training_args)
     # Saved through the translation pipeline: model and tokenizer, plus the pipeline's code and `custom_pipelines` in
     # config.json, so that pipeline("translation", model=output_dir, trust_remote_code=True) works (5.23 has no such task).
     pipe = hf_vaswani.VaswaniTranslationPipeline(model=model, tokenizer=tokenizer, device=model.device)
@@ -590,15 +526,9 @@ def package(run: RunRecord, trainer: VaswaniTrainer, training_args: VaswaniTrain
 # ---- main -----------------------------------------------------------------------------------------------------------
 
 
-def as_request(argv: Sequence[str]) -> TrainRequest:
-    """Command-line arguments read as the front door reads them (cli.preflight_train does more checks first)."""
-    recipe, values, rest = split_recipe(argv)
-    return TrainRequest(recipe=recipe, values=values, argv=tuple(rest))
-
-
 def main(argv: list[str] | TrainRequest | None = None) -> dict:
     """The recipe: data -> tokenizer -> model -> train -> average -> evaluate -> package. Returns the results.
-    `argv`: the arguments, or the front door's TrainRequest (the console script passes one)."""
+    `argv`: the arguments, or the TrainRequest of options.preflight_train (the console script passes one)."""
     check_launch()
     request = argv if isinstance(argv, TrainRequest) else as_request(sys.argv[1:] if argv is None else argv)
     model_args, data_args, training_args = parse_arguments(request)

@@ -198,8 +198,9 @@ def read_sentences(args: argparse.Namespace) -> tuple[list[str], bool]:
     return decode_lines(sys.stdin.buffer.read(), "<stdin>"), True
 
 
-def one_line(text: str) -> str:
-    return _LAYOUT_CHARACTERS.sub(" ", text)
+def output_line(translation: str) -> str:
+    """A translation as one line of the output: tabs and line breaks inside it become spaces."""
+    return _LAYOUT_CHARACTERS.sub(" ", translation)
 
 
 def write_translations(lines: list[str], output: str | None) -> None:
@@ -298,7 +299,9 @@ def _main_ctranslate2(args: argparse.Namespace, sentences: list[str]) -> int:
     )
     lines = [""] * len(sentences)
     for index, translation in zip(indices, translations, strict=True):
-        lines[index] = "\t".join(map(one_line, translation)) if isinstance(translation, list) else one_line(translation)
+        lines[index] = (
+            "\t".join(map(output_line, translation)) if isinstance(translation, list) else output_line(translation)
+        )
     write_translations(lines, args.output)
     return 0
 
@@ -355,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [""] * len(sentences)
     for index, translation in zip(indices, translations, strict=True):
         # the n best of one source share its line, tab-separated, so line N of the output is line N of the input
-        lines[index] = "\t".join(map(one_line, translation)) if isinstance(translation, list) else one_line(translation)
+        lines[index] = (
+            "\t".join(map(output_line, translation)) if isinstance(translation, list) else output_line(translation)
+        )
     write_translations(lines, args.output)
 
     if args.attention_plot is not None:
