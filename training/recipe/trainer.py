@@ -178,8 +178,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens or None
         self.batch_shapes = batch_shapes_for(batch_shapes, self.args.device.type)  # --batch_shapes: None = exact
-        # The `evaluate` module of training/metrics; with predict_with_generate it makes evaluation decode through
-        # training/serving/decoding.py (see evaluation_loop) instead of compute_metrics on the stock generated tokens.
+        # The `evaluate` module of training/recipe/metrics; with predict_with_generate it makes evaluation decode
+        # through training/serving/decoding.py (see evaluation_loop) instead of compute_metrics on the stock generated
+        # tokens.
         self.translation_metric = translation_metric
         self._decoding_evaluation = False
         if self.args.label_names is None:

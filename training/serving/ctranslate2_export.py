@@ -34,9 +34,10 @@ models trained here) onto CTranslate2's options:
   early_stopping=True (CTranslate2's `patience` > 1 waits for more, not the same rule either).
 - min_decoding_length=0: generate() allows an empty output, CTranslate2's default of 1 would not.
 
-What the three inexpressible settings cost in BLEU is measured by benchmarks/serving.py (numbers in
+What the three inexpressible settings cost in BLEU is measured by benchmarks/serving_speed.py (numbers in
 benchmarks/README.md). With generate() set to what CTranslate2 can express (Hugging Face length penalty,
-early_stopping=True, the batch limit) the tokens are the same (tests/test_ctranslate2.py, and the benchmark).
+early_stopping=True, the batch limit) the tokens are the same (tests/serving/test_ctranslate2_export.py, and the
+benchmark).
 
 `ctranslate2` is imported only when one of these functions runs; without it they raise `CTranslate2NotInstalled`,
 whose message names `pip install "hf-vaswani[ctranslate2]"`.

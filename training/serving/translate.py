@@ -20,10 +20,10 @@ length and bounded by --max_tokens source tokens (`training.serving.decoding.tra
 
 --engine ctranslate2 decodes with CTranslate2 instead (MODEL_DIR written by `vaswani-export --format ctranslate2`):
 the same input, output and options, mapped onto CTranslate2's; what of the paper's decoding it cannot express (the
-GNMT formula, a per-sentence length limit, early_stopping="never") is listed in training/ctranslate2_export.py.
+GNMT formula, a per-sentence length limit, early_stopping="never") is listed in training/serving/ctranslate2_export.py.
 
 --attention-plot PNG translates the first non-empty input sentence once more, runs one teacher-forced forward pass
-over that translation with eager attention and draws its encoder-decoder attention (training/attention_plot.py).
+over that translation with eager attention and draws its encoder-decoder attention (training/serving/attention_plot.py).
 
 Arguments, the model folder and the input are checked before torch and transformers are imported, so mistakes
 fail in a moment, as one line (training/cli.py).
