@@ -1,4 +1,5 @@
-"""A local stand-in for the Hugging Face Hub, so Hub code paths are tested without the network (STYLE.md §15).
+"""A local stand-in for the Hugging Face Hub, so Hub code paths are tested without the network (the project's style
+guide, §15).
 
 `HubStub` is a threaded HTTP server on 127.0.0.1 (a free port) that speaks just enough of the Hub API for
 `huggingface_hub` 2.x, `transformers` and `datasets` to create a model or dataset repo, commit files

@@ -1,4 +1,4 @@
-"""Tests for training/batching.py: the token limit, exactly-once use on 1 and more ranks, homogeneity."""
+"""Tests for training/data/batching.py: the token limit, exactly-once use on 1 and more ranks, homogeneity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for training/data.py: every source gives the same `translation` column, bad data fails loudly."""
+"""Tests for training/data/corpora.py: every source gives the same `translation` column, bad data fails loudly."""
 
 from __future__ import annotations
 

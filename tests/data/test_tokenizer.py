@@ -1,4 +1,4 @@
-"""Tests for training/tokenizer.py: exact round trip, fixed special ids, shared vocabulary, save/load."""
+"""Tests for training/data/tokenizer.py: exact round trip, fixed special ids, shared vocabulary, save/load."""
 
 from __future__ import annotations
 

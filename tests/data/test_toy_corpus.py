@@ -1,4 +1,4 @@
-"""Tests for the embedded English → Toy Teutonic corpus (training/toy_corpus.py)."""
+"""Tests for the embedded English → Toy Teutonic corpus (training/data/toy_corpus.py)."""
 
 from __future__ import annotations
 

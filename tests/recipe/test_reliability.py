@@ -156,9 +156,9 @@ def _subprocess_env() -> dict[str, str]:
     return env
 
 
-# sha256 of `Trainer._save_checkpoint`'s source (dedented) in the releases that training/trainer.py's staged fork of it
-# was read against. A private method: a release that changes it would leave the fork saving what the old one saved,
-# silently. A new hash here means: re-read the stock method, carry its change into the fork, then add the hash.
+# sha256 of `Trainer._save_checkpoint`'s source (dedented) in the releases that training/recipe/trainer.py's staged fork
+# of it was read against. A private method: a release that changes it would leave the fork saving what the old one
+# saved, silently. A new hash here means: re-read the stock method, carry its change into the fork, then add the hash.
 _STOCK_SAVE_CHECKPOINT_READ = {
     "4638fc7aeef978e1b9e6ed7c6ba9a120e1370a56bcea2e26cdaa597d2d41fc05": "transformers 5.23.0 and 5.24.0",
 }
