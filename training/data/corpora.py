@@ -20,7 +20,7 @@ One entry point, `load_parallel_data`, reads from one of three sources:
    `data_dir` finds the splits by name: `train`, then `validation` / `valid` / `val` / `dev`, then `test`
    or the only `test*` set (Multi30K's `test_2016_flickr`); a split file given together with `data_dir`
    is read relative to it, which is how one of several test sets is chosen.
-3. Nothing named: the embedded toy corpus from `training/toy_corpus.py` (imported lazily).
+3. Nothing named: the embedded toy corpus from `training/data/toy_corpus.py` (imported lazily).
 
 The local readers are plain Python on purpose: reading line by line with strict UTF-8 lets every error name
 the file and the 1-based line, and corrupt data stops the run at load time, before any training step. Control

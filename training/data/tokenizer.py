@@ -151,7 +151,7 @@ def _post_processor() -> processors.TemplateProcessing:
 def joint_bpe_pipeline_json() -> dict:
     """The normalizer, pre-tokenizer and post-processor of `train_joint_bpe`, as `tokenizer.json` writes them.
 
-    training/data_cache.py encodes word by word only for a tokenizer whose pipeline is exactly this one.
+    training/data/cache.py encodes word by word only for a tokenizer whose pipeline is exactly this one.
     """
     reference = Tokenizer(models.BPE(vocab={"a": 0}, merges=[], unk_token=UNK_TOKEN))
     _set_pipeline(reference)

@@ -12,7 +12,7 @@ with a few irregulars, ``niht``/``nain`` negation and German-style numbers ("one
 Usage::
 
     corpus = generate_corpus(num_train=40000, seed=0)   # {"train": [{"en": ..., "tt": ...}, ...], ...}
-    python -m training.toy_corpus --out data/toy       # writes train/validation/test .jsonl
+    python -m hf_vaswani_training.data.toy_corpus --out data/toy   # writes train/validation/test .jsonl
 """
 
 from __future__ import annotations
