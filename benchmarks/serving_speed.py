@@ -7,7 +7,7 @@
 A benchmark, not a test: it prints measured numbers (and writes them to `--output` as JSON) and asserts nothing
 about time. Same weights in every engine: the model folder, its conversions through
 `hf_vaswani_training.serving.ctranslate2_export` (CTranslate2's converter with this project's loader; float32 and int8), and
-a `transformers.MarianMTModel` holding copies of them (`benchmarks/lib/model_pairs.marian_from_ours`: the same
+a `transformers.MarianMTModel` holding copies of them (`marian_from_ours` in benchmarks/lib/model_pairs.py: the same
 function, the §3.5 table given to Marian; `--no-marian` skips it). Data: Multi30K
 (`--data-dir`, default ../shared/data/multi30k or $MULTI30K_DIR), read by path: test_2016_flickr and val, de->en.
 

@@ -1,16 +1,24 @@
-"""The machine and the report of benchmarks/gpu.py: device names and peaks (measured and datasheet), the ratios
-read against the issue's targets, and the markdown table the benchmark prints last."""
+"""The machine a benchmark runs on: its name, the dtype its matrix units run natively, its matrix-product peak
+(measured in the run, and the datasheet's), and a step clock that adds no host-device synchronisation.
+
+On a CPU, bf16 is native only with AVX512_BF16 or AMX-BF16 (and oneDNN allowed to use them): elsewhere torch's bf16
+matrix product takes a generic path at under 1 GFLOP/s (measured on this project's machine with
+`ONEDNN_MAX_CPU_ISA=AVX2`: 0.6 GFLOP/s against 265 with AMX and 42 in float32), so a benchmark on such a CPU
+measures and computes in float32. `HF_VASWANI_BENCH_CPU_BF16=0` (or 1) overrides the detection, so that a test can
+take the branch of a CPU without native bf16 on any machine.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import platform
 import re
 import time
-import types
 from pathlib import Path
 
 import torch
 
+CPU_BF16_ENV = "HF_VASWANI_BENCH_CPU_BF16"
 # Dense bf16 (fp16 where the chip has no bf16) tensor-core peaks from the vendors' datasheets, TFLOP/s, without
 # sparsity. The first pattern that matches torch.cuda.get_device_name() wins.
 DATASHEET_TFLOPS = (
@@ -22,13 +30,8 @@ DATASHEET_TFLOPS = (
     (r"\bT4\b", 65.0, "T4, dense fp16 (no bf16)"),
     (r"V100", 125.0, "V100, dense fp16 (no bf16)"),
 )
-TARGETS = {
-    "mfu_big": 40.0,  # % of the measured matrix peak, big, bf16, the recipe's path
-    "mfu_base": 30.0,
-    "trainer_over_marian": 1.5,
-    "trainer_over_lean": 0.9,
-    "generate_over_marian": 1.5,
-}
+# oneDNN ISA caps below which its bf16 kernels are off (oneDNN's dnnl_cpu_isa names).
+_ONEDNN_NO_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 
 
 # ---- the machine ----------------------------------------------------------------------------------------------------
@@ -39,12 +42,58 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512_BF16 or AMX-BF16 present and oneDNN allowed to use them; `HF_VASWANI_BENCH_CPU_BF16` overrides."""
+    forced = os.environ.get(CPU_BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper() in _ONEDNN_NO_BF16:
+        return False
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from benchmarks.lib.harness import cpu_name
+    return f"CPU: {cpu_name()} ({torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()})"
 
-    return f"CPU: {cpu_name()} ({torch.get_num_threads()} threads)"
+
+def has_bf16(device: torch.device) -> bool:
+    if device.type == "cpu":
+        return cpu_has_native_bf16()
+    return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def native_precision(device: torch.device) -> str:
+    """The training precision a benchmark uses on `device`: bf16 where native, else fp16 on a GPU (T4, V100) and
+    fp32 on a CPU."""
+    if has_bf16(device):
+        return "bf16"
+    return "fp16" if device.type == "cuda" else "fp32"
+
+
+def matmul_dtype(device: torch.device) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[native_precision(device)]
 
 
 def datasheet_peak(name: str) -> tuple[float | None, str]:
@@ -55,24 +104,44 @@ def datasheet_peak(name: str) -> tuple[float | None, str]:
     return None, "no datasheet peak for this device"
 
 
-def measured_matmul_peak(device: torch.device, dtype: torch.dtype, tiny: bool) -> float:
-    """Achievable FLOP/s of one large square `torch.mm` in `dtype` (benchmarks/lib/mfu.py's measure)."""
-    from benchmarks.lib.mfu import matmul_peak
+def measured_matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = 1.5) -> float:
+    """Achievable FLOP/s of a square `torch.mm` in `dtype`: the best of three timed loops, random operands (zeros
+    run faster than real data on some GPUs). 8192² on a GPU; 1024² on a CPU (float32 there unless bf16 is native)."""
+    n = 8192 if device.type == "cuda" else 1024
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    torch.mm(a, b)
+    synchronize(device)
+    best = 0.0
+    for _ in range(3):
+        calls, started = 0, time.perf_counter()
+        while True:
+            torch.mm(a, b)
+            calls += 1
+            if calls % 4 == 0 or device.type == "cpu":
+                synchronize(device)
+                elapsed = time.perf_counter() - started
+                if elapsed >= seconds / 3:
+                    break
+        best = max(best, 2 * n**3 * calls / elapsed)
+    return best
 
-    return matmul_peak(types.SimpleNamespace(device=device, torch_dtype=dtype), seconds=0.3 if tiny else 1.5)
 
-
-def has_bf16(device: torch.device) -> bool:
-    return device.type == "cpu" or torch.cuda.is_bf16_supported(including_emulation=False)
+# ---- the step clock -------------------------------------------------------------------------------------------------
 
 
 class StepClock:
     """Marks the end of each step on the device's own timeline (CUDA events: no synchronisation), and stops the run
-    once its time budget is spent (host time)."""
+    once its time budget is spent (host time). The first mark synchronises once, so that `first_step_s` (from
+    `started` to the first step's end on the device) is the time to first step."""
 
     def __init__(self, device: torch.device, budget_s: float, max_steps: int):
         self.device, self.budget_s, self.max_steps = device, budget_s, max_steps
         self.marks: list = []
+        self.started = time.perf_counter()
+        self.first_step_s: float | None = None
+
+    def start(self) -> None:
         self.started = time.perf_counter()
 
     def mark(self) -> bool:
@@ -83,93 +152,14 @@ class StepClock:
             self.marks.append(event)
         else:
             self.marks.append(time.perf_counter())
+        if len(self.marks) == 1:
+            synchronize(self.device)
+            self.first_step_s = time.perf_counter() - self.started
         return len(self.marks) >= self.max_steps or time.perf_counter() - self.started > self.budget_s
 
-    def step_seconds(self, warmup: int) -> list[float]:
-        """Seconds of each step after the first `warmup`."""
+    def step_seconds(self) -> list[float]:
+        """Seconds of each step after the first (the first is `first_step_s`)."""
         synchronize(self.device)
         if self.device.type == "cuda":
-            return [self.marks[i - 1].elapsed_time(self.marks[i]) / 1e3 for i in range(warmup, len(self.marks))]
-        return [self.marks[i] - self.marks[i - 1] for i in range(warmup, len(self.marks))]
-
-
-def ratios(results: list[dict]) -> list[dict]:
-    """The issue's targets, read from the rows of this run."""
-    by_name = {row["name"]: row.get("result", {}) for row in results}
-
-    def value(name, key):
-        result = by_name.get(name, {})
-        return result.get(key) if result.get("status") == "ok" else None
-
-    out = []
-
-    def add(label, a, b, target, unit="x"):
-        ratio = a / b if a is not None and b else None
-        out.append({"measure": label, "value": ratio, "target": target, "unit": unit,
-                    "met": None if ratio is None else ratio >= target})  # fmt: skip
-
-    for preset in {row["preset"] for row in results}:
-        trainer = value(f"{preset} trainer bf16", "target_tokens_per_s")
-        add(f"{preset}: trainer / Marian stock, tgt tok/s", trainer, value(f"{preset} marian bf16", "target_tokens_per_s"),
-            TARGETS["trainer_over_marian"])  # fmt: skip
-        add(f"{preset}: trainer / lean loop, tgt tok/s", trainer, value(f"{preset} lean bf16", "target_tokens_per_s"),
-            TARGETS["trainer_over_lean"])  # fmt: skip
-        target = TARGETS.get(f"mfu_{preset}")
-        if target is not None:
-            mfu = value(f"{preset} trainer bf16", "mfu_measured_percent")
-            out.append({"measure": f"{preset}: trainer bf16 MFU vs measured peak", "value": mfu, "target": target,
-                        "unit": "%", "met": None if mfu is None else mfu >= target})  # fmt: skip
-        for search in ("beam4", "greedy"):
-            add(f"{preset}: generate {search} ours / Marian, sent/s",
-                value(f"{preset} generate ours {search} eager", "sentences_per_s"),
-                value(f"{preset} generate marian {search} eager", "sentences_per_s"), TARGETS["generate_over_marian"])  # fmt: skip
-    return out
-
-
-def fmt(value, spec=".1f") -> str:
-    return "" if value is None else format(value, spec)
-
-
-def markdown(report: dict) -> str:
-    meta = report["meta"]
-    lines = [
-        f"GPU benchmark: {meta['device']}, {meta['date']}, torch {meta['torch']}, transformers {meta['transformers']}",
-        f"matmul peak measured: {fmt(meta['matmul_peak_tflops'], '.1f')} TFLOP/s ({meta['matmul_dtype']}); "
-        f"{meta['datasheet']}; batches of {meta['max_tokens']} tokens, vocabulary {meta['vocab_size']}",
-        "",
-        "| training run | tgt tok/s | all tok/s | step ms (p10-p90) | peak GiB | MFU meas. % | MFU sheet % | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for row in report["rows"]:
-        if row["kind"] != "train":
-            continue
-        r = row.get("result", {"status": "not run yet"})
-        step = f"{fmt(r.get('step_ms_median'))} ({fmt(r.get('step_ms_p10'))}-{fmt(r.get('step_ms_p90'))})"
-        lines.append(
-            f"| {row['name']} | {fmt(r.get('target_tokens_per_s'), ',.0f')} | {fmt(r.get('tokens_per_s'), ',.0f')} | "
-            f"{step if r.get('status') == 'ok' else ''} | {fmt(r.get('peak_memory_gib'), '.2f')} | "
-            f"{fmt(r.get('mfu_measured_percent'))} | {fmt(r.get('mfu_datasheet_percent'))} | {r['status']} |"
-        )
-    lines += ["", "| decoding run | sentences | sent/s | gen tok/s | status |", "|---|---:|---:|---:|---|"]
-    for row in report["rows"]:
-        if row["kind"] != "decode":
-            continue
-        r = row.get("result", {"status": "not run yet"})
-        lines.append(
-            f"| {row['name']} | {r.get('sentences', '')} | {fmt(r.get('sentences_per_s'))} | "
-            f"{fmt(r.get('generated_tokens_per_s'), ',.0f')} | {r['status']} |"
-        )
-    lines += ["", "| target | value | wanted | |", "|---|---:|---:|---|"]
-    for row in report["targets"]:
-        met = "" if row["met"] is None else ("met" if row["met"] else "MISSED")
-        lines.append(f"| {row['measure']} | {fmt(row['value'], '.2f')} | >= {row['target']:g}{row['unit']} | {met} |")
-    lines.append(f"\ndecoding weights: {meta['decode_weights']}; {meta['seconds']:.0f} s in all")
-    return "\n".join(lines) + "\n"
-
-
-def write(report: dict, out: Path | None) -> None:
-    if out is None:
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
+            return [self.marks[i - 1].elapsed_time(self.marks[i]) / 1e3 for i in range(1, len(self.marks))]
+        return [self.marks[i] - self.marks[i - 1] for i in range(1, len(self.marks))]
