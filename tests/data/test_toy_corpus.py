@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from hf_vaswani_training.data import toy_corpus as tc
+from hf_vaswani_training.data import toy_lexicon
 from hf_vaswani_training.data.toy_corpus import (
     Clause,
     NounPhrase,
@@ -27,16 +28,16 @@ from hf_vaswani_training.data.toy_corpus import (
 PUNCTUATION = {".", ",", "?"}
 
 
-def noun(en: str) -> tc.Noun:
-    return next(n for n in tc.NOUNS if n.en == en)
+def noun(en: str) -> toy_lexicon.Noun:
+    return next(n for n in toy_lexicon.NOUNS if n.en == en)
 
 
-def adjective(en: str) -> tc.Adjective:
-    return next(a for a in tc.ADJECTIVES if a.en == en)
+def adjective(en: str) -> toy_lexicon.Adjective:
+    return next(a for a in toy_lexicon.ADJECTIVES if a.en == en)
 
 
-def verb(en: str) -> tc.Verb:
-    return next(v for v in tc.VERBS if v.en == en)
+def verb(en: str) -> toy_lexicon.Verb:
+    return next(v for v in toy_lexicon.VERBS if v.en == en)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +145,7 @@ def test_translation_is_a_function_of_the_source() -> None:
 
 
 def test_target_nouns_are_capitalised(corpus: dict[str, list[dict[str, str]]]) -> None:
-    noun_forms = {form.lower() for n in tc.NOUNS for form in (n.tt, n.tt_plural)}
+    noun_forms = {form.lower() for n in toy_lexicon.NOUNS for form in (n.tt, n.tt_plural)}
     seen = 0
     for pair in corpus["validation"]:
         for word in pair["tt"].split()[1:]:
@@ -161,17 +162,17 @@ def test_every_phenomenon_occurs_in_the_corpus(corpus: dict[str, list[dict[str, 
     words = {word for target in targets for word in target.split()}
     words |= {target.split()[0].lower() for target in targets}  # fronted words are capitalised
     required = {
-        "subordinate clauses": set(tc.SUBORDINATORS.values()) | {"thata"},
-        "coordination": set(tc.COORDINATORS.values()),
-        "fronted adverbs": set(tc.TIME_ADVERBS.values()),
-        "manner adverbs": set(tc.MANNER_ADVERBS.values()),
+        "subordinate clauses": set(toy_lexicon.SUBORDINATORS.values()) | {"thata"},
+        "coordination": set(toy_lexicon.COORDINATORS.values()),
+        "fronted adverbs": set(toy_lexicon.TIME_ADVERBS.values()),
+        "manner adverbs": set(toy_lexicon.MANNER_ADVERBS.values()),
         "negation": {"niht", "nainen", "naina", "nain"},
-        "case-marked articles": set(tc.DEFINITE_ARTICLE.values()),
+        "case-marked articles": set(toy_lexicon.DEFINITE_ARTICLE.values()),
         "irregular plurals": {"Gumen", "Hüser", "Müse", "Gänse", "Büke", "Kuninginnen"},
         "zero plurals": {"Larar", "Swin"},
         "regular plurals": {"Huntor", "Kattan", "Hrose", "Frastir"},
         "compound numbers": {"unda", "twaitig"},
-        "copula": set(tc.COPULA_TT.values()),
+        "copula": set(toy_lexicon.COPULA_TT.values()),
         "verb persons": {"slape", "slapst", "slapt", "slapam", "slapen"},
         "vowel change": {"siht", "sihst", "sahe", "sahen"},
         "adjective agreement": {"groter", "grote", "grotes", "groten"},
@@ -220,7 +221,7 @@ def test_article_and_adjective_agree_with_gender_and_number(en: str, plural: boo
 
 
 def test_plural_morphology() -> None:
-    plurals = {n.en: (n.en_plural, n.tt_plural) for n in tc.NOUNS}
+    plurals = {n.en: (n.en_plural, n.tt_plural) for n in toy_lexicon.NOUNS}
     assert plurals["dog"] == ("dogs", "Huntor")  # m, vowel-final: -r
     assert plurals["fox"] == ("foxes", "Fuhsar")  # m, consonant-final: -ar
     assert plurals["goat"] == ("goats", "Geiten")  # f: -en
@@ -229,9 +230,9 @@ def test_plural_morphology() -> None:
     assert plurals["man"] == ("men", "Gumen")  # irregular on both sides
     assert plurals["house"] == ("houses", "Hüser")  # umlaut plural
     assert plurals["teacher"] == ("teachers", "Larar")  # zero plural: the article shows the number
-    english_plurals = [n.en_plural for n in tc.NOUNS]
-    assert len(set(english_plurals)) == len(tc.NOUNS)
-    assert not set(english_plurals) & {n.en for n in tc.NOUNS}  # number is always visible in English
+    english_plurals = [n.en_plural for n in toy_lexicon.NOUNS]
+    assert len(set(english_plurals)) == len(toy_lexicon.NOUNS)
+    assert not set(english_plurals) & {n.en for n in toy_lexicon.NOUNS}  # number is always visible in English
 
 
 def test_case_marking_of_articles() -> None:
@@ -334,15 +335,15 @@ def test_unknown_sentence_kind_and_word_order_are_rejected() -> None:
 
 
 def test_numbers() -> None:
-    assert tc.number_words(7) == (["seven"], ["sibun"])
-    assert tc.number_words(13) == (["thirteen"], ["thritaihun"])
-    assert tc.number_words(24) == (["twenty", "four"], ["fidwor", "unda", "twaitig"])  # units first
-    assert tc.number_words(90) == (["ninety"], ["niuntig"])
+    assert toy_lexicon.number_words(7) == (["seven"], ["sibun"])
+    assert toy_lexicon.number_words(13) == (["thirteen"], ["thritaihun"])
+    assert toy_lexicon.number_words(24) == (["twenty", "four"], ["fidwor", "unda", "twaitig"])  # units first
+    assert toy_lexicon.number_words(90) == (["ninety"], ["niuntig"])
     phrase = NounPhrase(noun("goose"), plural=True, determiner="num", number=21, adjective=adjective("white"))
     assert render_noun_phrase_en(phrase) == ["twenty", "one", "white", "geese"]
     assert render_noun_phrase_tt(phrase) == ["ain", "unda", "twaitig", "Gänse", "hwiten"]
     with pytest.raises(ValueError, match="value=100"):
-        tc.number_words(100)
+        toy_lexicon.number_words(100)
 
 
 def test_indefinite_and_possessive_determiners() -> None:
@@ -361,12 +362,20 @@ def test_indefinite_and_possessive_determiners() -> None:
 
 
 def test_lexicon_is_invented_and_unambiguous() -> None:
-    target_stems = [n.tt for n in tc.NOUNS] + [a.tt for a in tc.ADJECTIVES] + [v.tt for v in tc.VERBS]
+    target_stems = (
+        [n.tt for n in toy_lexicon.NOUNS] + [a.tt for a in toy_lexicon.ADJECTIVES] + [v.tt for v in toy_lexicon.VERBS]
+    )
     assert len(set(target_stems)) == len(target_stems)
-    assert len({n.en for n in tc.NOUNS}) == len(tc.NOUNS)
-    assert 80 <= len(tc.NOUNS) <= 100 and 40 <= len(tc.ADJECTIVES) <= 60 and 50 <= len(tc.VERBS) <= 80
-    assert {n.gender for n in tc.NOUNS} == {"m", "f", "n"}
-    english_words = {n.en for n in tc.NOUNS} | {a.en for a in tc.ADJECTIVES} | {v.en for v in tc.VERBS}
+    assert len({n.en for n in toy_lexicon.NOUNS}) == len(toy_lexicon.NOUNS)
+    assert (
+        80 <= len(toy_lexicon.NOUNS) <= 100
+        and 40 <= len(toy_lexicon.ADJECTIVES) <= 60
+        and 50 <= len(toy_lexicon.VERBS) <= 80
+    )
+    assert {n.gender for n in toy_lexicon.NOUNS} == {"m", "f", "n"}
+    english_words = (
+        {n.en for n in toy_lexicon.NOUNS} | {a.en for a in toy_lexicon.ADJECTIVES} | {v.en for v in toy_lexicon.VERBS}
+    )
     assert not english_words & {stem.lower() for stem in target_stems}
 
 
