@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device run of issue 25: install the carried wheels, then `python -m benchmarks.gpu` (about 7 minutes on one
+# The device run of issue 25: install the carried wheels, then `python -m benchmarks.gpu` (about 7.5 minutes on one
 # H100/H200; `python -m benchmarks.gpu --dry_run --device cuda` prints the rows and their budgets anywhere).
 # Prepare once here:
 #
@@ -29,7 +29,7 @@ print("python", __import__("sys").version.split()[0], "torch", torch.__version__
 print("device", torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")
 PY
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total,power.limit --format=csv 2>/dev/null
-# No row starts after 420 s (--deadline); the last one ends by about 470 s. A 480 s timeout here, 540 s for the
+# A row that would end, as estimated, after 445 s is skipped (--deadline); the last one ends by about 475 s. A 480 s timeout here, 540 s for the
 # device call: with the machine's start (~2 min) about 11 minutes of a 15-minute budget, leaving a shorter rerun.
 timeout 480 python3 -m benchmarks.gpu --out "$OUT/gpu.json" "$@" 2>&1 | tee "$OUT/gpu.log"
 exit "${PIPESTATUS[0]}"

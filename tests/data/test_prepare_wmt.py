@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -87,10 +86,9 @@ def test_wmt14_recipes_have_the_papers_settings(size, steps, dropout, average):
 @pytest.mark.slow
 def test_base_recipe_runs_end_to_end_on_a_synthetic_wmt_corpus(tmp_path):
     """prepare_wmt on the benchmark's synthetic WMT-shaped corpus, then the base recipe with a tiny override."""
-    spec = importlib.util.spec_from_file_location("data_scale", REPO_ROOT / "benchmarks" / "data_scale.py")
-    data_scale = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(data_scale)
-    corpus = data_scale.write_corpus(tmp_path / "synthetic", 600, num_types=500, eval_pairs=(20, 20))
+    from benchmarks.lib.corpus import write_corpus
+
+    corpus = write_corpus(tmp_path / "synthetic", 600, num_types=500, eval_pairs=(20, 20))
     data_dir = tmp_path / "wmt14-en-de"
     counts = prepare(data_dir, "en", "de", train=[str(corpus / "train")], validation=str(corpus / "valid"),
                      test=str(corpus / "test"))  # fmt: skip
