@@ -6,7 +6,7 @@
 # Downloads exactly those, for CPython 3.12 on x86-64 Linux, into .whl/ (git-ignored), --no-deps each, so that
 # nothing already on the machine is replaced. benchmarks/gpu_device.sh installs them there.
 #
-#     bash benchmarks/fetch_device_wheels.sh        # from the repository root; about 16 MiB
+#     bash benchmarks/fetch_device_wheels.sh        # from the repository root; 13 MiB (2026-11-27)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=(

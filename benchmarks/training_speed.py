@@ -130,7 +130,7 @@ def measure_row(data, spec: dict) -> dict:
         if spec["cuda"]:
             torch.cuda.reset_peak_memory_stats(device)
         if path == "trainer":
-            settings = trainer_pass(model, data, dataset, spec, clock)
+            settings = trainer_pass(model, data, dataset, spec, clock, micro)
         elif path == "marian":
             settings = marian_pass(model, data, micro, spec, clock)
         else:

@@ -105,10 +105,15 @@ def trainer_settings(trainer) -> dict:
     }
 
 
-def trainer_pass(model, data, dataset, spec, clock: StepClock) -> dict:
-    """One pass of the recipe's path: a new VaswaniTrainer (same seed: the same batches as the pass before)."""
+def trainer_pass(model, data, dataset, spec, clock: StepClock, micro: list[list[int]]) -> dict:
+    """One pass of the recipe's path: a new VaswaniTrainer, whose own sampler must give `micro` first (the same
+    seed gives the pass before's batches; checked, so that "warm" is never a claim only)."""
+    from .wmt_data import micro_batches, recipe_batching
+
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = vaswani_trainer(model, data, dataset, spec, clock, output_dir)
+        if micro_batches(recipe_batching(trainer)[0], len(micro)) != micro:
+            raise RuntimeError("the trainer's own batches are not the planned ones: cold and warm would differ")
         clock.start()
         trainer.train()
         return trainer_settings(trainer)
