@@ -15,8 +15,11 @@ fsyncs a checkpoint needs).
 - `discard`: delete a folder by renaming it to a hidden name first, so a kill mid-deletion leaves nothing that looks
   like the folder.
 - `staged_files`: files moved into an existing folder one by one, the file that vouches for the others last.
-- Disk full, quota exceeded, read-only or not writable (`FULL_OR_READ_ONLY`): the staging folder is removed and the
-  error is one `UsageError` naming the destination (`storage_error`).
+- `staged_file`: one file written under a hidden name and renamed into place (vaswani-translate --output).
+- Disk full, quota exceeded, read-only or not writable (`FULL_OR_READ_ONLY`, or a writer's own words for a full disk:
+  torch's zip writer, safetensors): the staging folder is removed and the error is one `UsageError` naming the
+  destination (`storage_error`).
+- Published files get the user's mode (`apply_user_mode`: 0o666 less the umask), not the 0600 of safetensors' writer.
 
 Names starting with `.tmp-` (`STAGING_PREFIX`) are never read as results: every reader looks for the final name, and
 the hidden name keeps them out of an upload. A rename is atomic within one file system, which is why the staging
@@ -55,16 +58,92 @@ def staging_name(destination: PathLike, role: str = "") -> Path:
     return destination.parent / f"{STAGING_PREFIX}{role}{destination.name}"
 
 
-def storage_error(error: OSError, destination: PathLike) -> UsageError | None:
-    """The one-line UsageError for an OSError that is the place's fault (`FULL_OR_READ_ONLY`), naming `destination`;
-    None for any other error (a bug, shown with its traceback)."""
-    if error.errno not in FULL_OR_READ_ONLY:
+def storage_error(error: BaseException, destination: PathLike, needed_bytes: int | None = None) -> UsageError | None:
+    """The one-line UsageError for a write that failed through the place's fault, naming `destination`; None for any
+    other error (a bug, shown with its traceback).
+
+    The place's fault: an OSError in `FULL_OR_READ_ONLY`, or a writer that reports a full disk in its own words
+    (`disk_full_in_words`): torch's zip writer (torch.save: optimizer.pt, scheduler.pt) raises a RuntimeError
+    "unexpected pos N vs M" for a short write, counted as a full disk only when the disk is nearly full
+    (`disk_is_nearly_full`), so that a real bug is not misnamed; safetensors' SafetensorError names os error 28.
+    `needed_bytes`, when known, is said beside the free space."""
+    if isinstance(error, OSError) and error.errno in FULL_OR_READ_ONLY:
+        reason = error.strerror or os.strerror(error.errno)
+        full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    elif not isinstance(error, OSError) and disk_full_in_words(error, destination, needed_bytes):
+        reason, full = "No space left on device", True
+    else:
         return None
-    reason = error.strerror or os.strerror(error.errno)
+    if full:
+        return UsageError(
+            f"cannot write {destination}: {reason} (the disk is full: {_space(destination, needed_bytes)}; nothing "
+            "of it was kept); free some space, or write somewhere else"
+        )
     return UsageError(
-        f"cannot write {destination}: {reason} (nothing of it was kept); free some space or make "
-        f"{Path(destination).parent} writable, or write somewhere else"
+        f"cannot write {destination}: {reason} (nothing of it was kept); make {Path(destination).parent} writable, "
+        "or write somewhere else"
     )
+
+
+# How writers that do not raise OSError say that a write came up short: torch's zip writer (PyTorchStreamWriter),
+# safetensors (an io::Error in its message).
+_SHORT_WRITE_WORDS = ("unexpected pos", "file write failed")
+_DISK_FULL_WORDS = ("os error 28", "no space left on device", "storagefull", "os error 122", "quota exceeded")
+NEARLY_FULL_BYTES = 64 * 1024 * 1024  # below this much free space a short write is taken for a full disk
+
+
+def disk_full_in_words(error: BaseException, destination: PathLike, needed_bytes: int | None = None) -> bool:
+    """True when `error` (not an OSError) is a writer's report of a full disk: its message names one, or it reports
+    a short write while the disk holding `destination` is nearly full."""
+    message = str(error).lower()
+    if any(words in message for words in _DISK_FULL_WORDS):
+        return True
+    return any(words in message for words in _SHORT_WRITE_WORDS) and disk_is_nearly_full(destination, needed_bytes)
+
+
+def disk_is_nearly_full(destination: PathLike, needed_bytes: int | None = None) -> bool:
+    """Free space where `destination` is written is under `NEARLY_FULL_BYTES` (or under `needed_bytes`)."""
+    free = free_bytes(destination)
+    return free is not None and free < max(NEARLY_FULL_BYTES, needed_bytes or 0)
+
+
+def free_bytes(destination: PathLike) -> int | None:
+    """Free bytes on the file system of `destination` (its nearest existing folder), None when unknown."""
+    folder = Path(destination).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _space(destination: PathLike, needed_bytes: int | None) -> str:
+    free = free_bytes(destination)
+    words = f"{_megabytes(free)} free" if free is not None else "free space unknown"
+    return f"{words}, {_megabytes(needed_bytes)} needed" if needed_bytes else words
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 1e6:,.1f} MB"
+
+
+def user_file_mode() -> int:
+    """The mode a file the user creates gets: 0o666 less the umask. (Read by setting it, the only way there is.)"""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def apply_user_mode(path: PathLike) -> None:
+    """Give every file under `path` (a folder, or one file) the user's mode (`user_file_mode`): safetensors and
+    mkstemp write 0600, which a web server or another user serving the folder cannot read."""
+    mode = user_file_mode()
+    path = Path(path)
+    files = [path] if path.is_file() else [Path(root) / name for root, _, names in os.walk(path) for name in names]
+    for file in files:
+        with contextlib.suppress(OSError):
+            os.chmod(file, mode)
 
 
 @contextlib.contextmanager
@@ -87,9 +166,10 @@ def staged_folder(
         yield staging
         publish(staging, destination, is_complete=is_complete, replace=replace, durable=durable)
     except BaseException as error:
+        # Judged before the staging folder goes: a short write is a full disk only while the disk is still full.
+        usage_error = storage_error(error, destination) if isinstance(error, Exception) else None
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        usage_error = storage_error(error, destination) if isinstance(error, OSError) else None
         if usage_error is not None:
             raise usage_error from error
         raise
@@ -116,6 +196,7 @@ def publish(
       after it, so that even a machine crash leaves the complete new folder, the complete old one, or neither.
     """
     staging, destination = Path(staging), Path(destination)
+    apply_user_mode(staging)  # model files with the user's umask, as any other file the user writes
     if durable:
         # A rename is only atomic for what has reached the disk: flush the files, then the folders holding them.
         for root, _, files in os.walk(staging):
@@ -167,17 +248,44 @@ def staged_files(folder: PathLike, seal: str) -> Iterator[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}files-", dir=folder))
         yield staging
+        apply_user_mode(staging)
         (folder / seal).unlink(missing_ok=True)  # an old seal must not vouch for new files
         for name in sorted(os.listdir(staging), key=lambda name: name == seal):
             os.replace(staging / name, folder / name)
     except BaseException as error:
-        usage_error = storage_error(error, folder) if isinstance(error, OSError) else None
+        usage_error = storage_error(error, folder) if isinstance(error, Exception) else None
         if usage_error is not None:
             raise usage_error from error
         raise
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_file(destination: PathLike) -> Iterator[Path]:
+    """Yield a hidden file name `.tmp-{name}-XXXXXXXX` beside `destination` to write; when the block ends without an
+    error it gets the user's mode and is renamed to `destination` (replacing it), so that a reader finds the whole
+    new file or the old one, never a cut one. On any error it is removed; errors as `staged_folder`."""
+    destination = Path(destination)
+    staging = None
+    try:
+        handle, name = tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{destination.name}-", dir=destination.parent)
+        os.close(handle)
+        staging = Path(name)
+        yield staging
+        apply_user_mode(staging)
+        os.replace(staging, destination)
+        staging = None
+    except BaseException as error:
+        usage_error = storage_error(error, destination) if isinstance(error, Exception) else None
+        if usage_error is not None:
+            raise usage_error from error
+        raise
+    finally:
+        if staging is not None:
+            with contextlib.suppress(OSError):
+                staging.unlink()
 
 
 def remove_stale(parent: PathLike, name_prefix: str, older_than_s: float = 24 * 3600) -> None:

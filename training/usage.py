@@ -392,11 +392,31 @@ def check_output_file(value: str | None, option: str) -> None:
         raise UsageError(f"{option} {value}: is a folder; give a file name")
     if not path.parent.is_dir():
         raise UsageError(f"{option} {value}: the folder {path.parent} does not exist; create it first")
+    _check_writable(path.parent, value, option)
 
 
 def check_output_dir(value: str | None, option: str) -> None:
     if value is not None and Path(value).exists() and not Path(value).is_dir():
         raise UsageError(f"{option} {value}: is a file, not a folder; choose another {option}")
+    if value is not None:
+        folder = Path(value).absolute()
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # the folder the run would create it in
+        _check_writable(folder, value, option)
+
+
+def _check_writable(folder: Path, value: str, option: str) -> None:
+    """A folder the command cannot write (read-only file system, no permission): one line before any work."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only(folder) else "no permission to write there"
+        raise UsageError(f"{option} {value}: cannot write in {folder} ({reason}); choose a writable folder")
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def require_extra(modules: Sequence[str], extra: str, needed_for: str) -> None:

@@ -13,7 +13,6 @@ by the console script (training/cli.py).
 import contextlib
 import dataclasses
 import difflib
-import errno
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, set_seed
 
 import hf_vaswani
 
+from .. import staging
 from ..data.arguments import DataArguments
 from ..data.cache import (
     LongSentencesError,
@@ -291,7 +291,42 @@ def prepare_training_data(
             )
         logger.info("Tokenizer: %d tokens", len(tokenizer))
     tokenized = tokenize_splits(raw, tokenizer, data_args, source_lang, target_lang, training_args.main_process_first)
-    return PreparedData(raw, stats, source_lang, target_lang, tokenizer, tokenized, data_args.batch_shapes)
+    data = PreparedData(raw, stats, source_lang, target_lang, tokenizer, tokenized, data_args.batch_shapes)
+    check_max_tokens(data, training_args.max_tokens)
+    return data
+
+
+def check_max_tokens(data: PreparedData, max_tokens: int | None) -> None:
+    """Every training pair must fit in a --max_tokens batch on its own: the longest is named (its file and line, as
+    tokens on its longer side), here and not as the batch sampler's traceback once the Trainer has started."""
+    if not max_tokens:
+        return
+    source, target = training_lengths(data.tokenized["train"])
+    lengths = np.maximum(source, target)
+    if not len(lengths) or lengths.max() <= max_tokens:
+        return
+    index = int(lengths.argmax())
+    pair = data.raw["train"][index]["translation"]
+    where = _pair_location(data.stats.get("train"), pair.get(data.source_lang, ""), index)
+    too_long = int((lengths > max_tokens).sum())
+    raise UsageError(
+        f"--max_tokens {max_tokens}: {where} has {lengths[index]} tokens (source {source[index]}, target "
+        f"{target[index]}), more than a batch may hold, and {too_long} pair(s) exceed it; raise --max_tokens to at "
+        f"least {lengths[index]}, or cut sentences with --max_source_length/--max_target_length"
+    )
+
+
+def _pair_location(stats, source_text: str, index: int) -> str:
+    """'FILE:LINE' of the training pair whose source side is `source_text`, found in the split's first file; else
+    'training pair N' (the embedded corpus, a Hub dataset, a format whose lines are not sentences)."""
+    for name in getattr(stats, "sources", ())[:1]:
+        path = Path(name)
+        if path.is_file() and path.suffix not in (".gz", ".json", ".jsonl", ".tsv"):
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                for number, line in enumerate(handle, 1):
+                    if line.strip() == source_text:
+                        return f"{path}:{number}"
+    return f"training pair {index + 1}"
 
 
 # ---- evaluation -----------------------------------------------------------------------------------------------------
@@ -337,10 +372,39 @@ def checkpoint_to_resume(training_args: VaswaniTrainingArguments) -> str | None:
     if resume in ("True", "true", "last"):
         resume = last_complete_checkpoint(training_args.output_dir)  # skips folders a crash left half-written
         if resume is None:
-            raise ValueError(f"--resume_from_checkpoint: no complete checkpoint-* folder in {training_args.output_dir}")
+            raise UsageError(
+                f"--resume_from_checkpoint {training_args.resume_from_checkpoint}: no complete checkpoint-* folder in "
+                f"{training_args.output_dir}; train without it, or give the --output_dir of the run to resume"
+            )
     if resume in ("False", "false", "None", ""):
         resume = None
     return resume
+
+
+# What decides the shapes of the weights: a checkpoint of other values cannot be resumed into this model.
+_SHAPE_KEYS = ("d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+               "encoder_ffn_dim", "decoder_ffn_dim", "vocab_size", "max_position_embeddings")  # fmt: skip
+
+
+def check_resume_fits(resume: str | None, config) -> None:
+    """The checkpoint to resume from holds weights of this run's architecture (--preset and its overrides), or a
+    one-line error naming the values that differ, before the Trainer's size-mismatch traceback."""
+    if resume is None:
+        return
+    try:
+        saved = json.loads((Path(resume) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # a missing or broken config.json: the completeness check names it
+    differ = [
+        f"{key} {saved[key]} vs {getattr(config, key)}"
+        for key in _SHAPE_KEYS
+        if key in saved and getattr(config, key, saved[key]) != saved[key]
+    ]
+    if differ:
+        raise UsageError(
+            f"--resume_from_checkpoint {resume}: its model differs from this run's ({', '.join(differ)}: checkpoint vs "
+            "run); resume with the --preset and options of the run that wrote it, or train into another --output_dir"
+        )
 
 
 def tokenizer_to_load(model_args: ModelArguments, output_dir: Path) -> str | None:
@@ -479,7 +543,10 @@ def save_final_model(model, tokenizer, training_args: VaswaniTrainingArguments) 
     # Saved through the translation pipeline: model and tokenizer, plus the pipeline's code and `custom_pipelines` in
     # config.json, so that pipeline("translation", model=output_dir, trust_remote_code=True) works (5.23 has no such task).
     pipe = hf_vaswani.VaswaniTranslationPipeline(model=model, tokenizer=tokenizer, device=model.device)
-    pipe.save_pretrained(training_args.output_dir)
+    # Staged, config.json last (without it the folder is no model folder): a full disk leaves the older model or
+    # none, never new weights beside an old config; files get the user's mode, not safetensors' 0600.
+    with staging.staged_files(training_args.output_dir, seal="config.json") as staged:
+        pipe.save_pretrained(staged)
 
 
 def evaluate_final_model(
@@ -540,18 +607,15 @@ def main(argv: list[str] | TrainRequest | None = None) -> dict:
     with OutputDirLock(training_args.output_dir) if training_args.process_index == 0 else contextlib.nullcontext():
         try:
             return run_recipe(model_args, data_args, training_args)
-        except OSError as error:
-            if error.errno not in _FULL_OR_READ_ONLY:
+        except (OSError, RuntimeError) as error:  # RuntimeError: torch's zip writer on a full disk
+            where = getattr(error, "filename", None) or training_args.output_dir
+            usage_error = staging.storage_error(error, where)
+            if usage_error is None:
                 raise
-            where = error.filename or training_args.output_dir
             raise UsageError(
-                f"cannot write {where}: {error.strerror}; free some space or choose another --output_dir (a run "
-                "stopped by this resumes from its last checkpoint with --resume_from_checkpoint True)"
+                f"--output_dir {training_args.output_dir}: {usage_error} (a run stopped by this resumes from its last "
+                "checkpoint with --resume_from_checkpoint True)"
             ) from error
-
-
-# Disk full, quota exceeded, no permission, read-only file system: a fault of the place, not a bug.
-_FULL_OR_READ_ONLY = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def run_recipe(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
@@ -563,6 +627,7 @@ def run_recipe(model_args: ModelArguments, data_args: DataArguments, training_ar
 
     data = prepare_training_data(model_args, data_args, training_args, tokenizer_to_load(model_args, output_dir))
     model = make_model(model_args, data_args, training_args, data.tokenizer)
+    check_resume_fits(resume, model.config)
     from .metrics import load_translation_metric
 
     metric = load_translation_metric()

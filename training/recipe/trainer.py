@@ -46,6 +46,8 @@ from transformers.trainer_utils import SaveStrategy, TrainOutput
 from ..data.batching import BucketPadding, TokenBatchSampler, batch_shapes_for
 from ..data.cache import sequence_lengths
 from ..serving.decoding import DEFAULT_MAX_TOKENS, translate_ids
+from ..staging import storage_error
+from ..usage import UsageError
 from .checkpoints import (
     checkpoint_name,
     checkpoint_problem,
@@ -442,13 +444,16 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if resume_from_checkpoint is True:
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
-                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+                raise UsageError(
+                    f"--resume_from_checkpoint: no complete checkpoint-* folder in {self.args.output_dir}; train "
+                    "without --resume_from_checkpoint, or choose the --output_dir of the run to resume"
+                )
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
             problem = checkpoint_problem(resume_from_checkpoint, resumable=True)
             if problem is not None:
-                raise ValueError(
-                    f"Cannot resume from {resume_from_checkpoint}: {problem}. Resume from an earlier checkpoint "
-                    "(--resume_from_checkpoint True picks the last complete one)."
+                raise UsageError(
+                    f"--resume_from_checkpoint {resume_from_checkpoint}: cannot resume from it: {problem}; resume from "
+                    "an earlier checkpoint (--resume_from_checkpoint True picks the last complete one)"
                 )
         if resume_from_checkpoint:
             finished = self._load_finished_run(resume_from_checkpoint)
@@ -520,7 +525,30 @@ class VaswaniTrainer(Seq2SeqTrainer):
             shutil.rmtree(staging_dir)
         # No process writes into the staging folder before it is clean.
         self.accelerator.wait_for_everyone()
+        try:
+            self._write_checkpoint(staging_dir, output_dir, run_dir)
+        except Exception as error:
+            # A full disk (torch's zip writer says it as "unexpected pos N vs M") or a read-only one: one line naming
+            # the checkpoint, judged before the staged files go; the staged folder is removed, older checkpoints stay.
+            usage_error = storage_error(error, output_dir)
+            if self.args.should_save:
+                shutil.rmtree(staging_dir, ignore_errors=True)
+            if usage_error is not None:
+                for callback in self.callback_handler.callbacks:  # the progress bar ends before the one line
+                    bar = getattr(callback, "training_bar", None)
+                    if bar is not None:
+                        bar.close()
+                        callback.training_bar = None
+                raise usage_error from error
+            raise
 
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(output_dir)
+        if self.args.should_save:
+            rotate_checkpoints(run_dir, self.args.save_total_limit, keep=self.state.best_model_checkpoint)
+
+    def _write_checkpoint(self, staging_dir: str, output_dir: str, run_dir: str) -> None:
+        """The writing part of `_save_checkpoint`: every file into `staging_dir`, then the rename to `output_dir`."""
         self.save_model(staging_dir, _internal_call=True)
         if self.args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST) and (
             self.state.best_global_step
@@ -552,8 +580,3 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if self.args.should_save and os.path.isdir(staging_dir):
             publish(staging_dir, output_dir)
         self.accelerator.wait_for_everyone()
-
-        if self.args.push_to_hub:
-            self._push_from_checkpoint(output_dir)
-        if self.args.should_save:
-            rotate_checkpoints(run_dir, self.args.save_total_limit, keep=self.state.best_model_checkpoint)

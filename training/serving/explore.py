@@ -567,6 +567,22 @@ def port_number(value: str) -> int:
     return int(value)
 
 
+def check_port(host: str, port: int | None) -> None:
+    """--port must be free on --host: checked before gradio and the model load, not after, as gradio's OSError."""
+    import socket
+
+    if port is None:
+        return  # gradio takes 7860 or the next free one
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, port))
+    except OSError as error:
+        raise UsageError(
+            f"--port {port}: cannot listen on {host}:{port} ({error.strerror}: another program uses it?); choose "
+            "another --port, or leave --port out to take the next free one"
+        ) from None
+
+
 def load_policy(host: str, share: bool, allow_load: list[str] | None) -> LoadPolicy:
     """What visitors may load: what --allow-load names; without it anything when only this machine can reach the
     page (a loopback address, no --share), and nothing when others can."""
@@ -595,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = model_problem(args.model)  # the folder is checked before gradio or torch load
     if problem is not None:
         raise UsageError(problem)
+    check_port(args.host, args.port)
     _require_gradio()
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=sys.stderr)
     policy = load_policy(args.host, args.share, args.allow_load)

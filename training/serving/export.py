@@ -33,6 +33,7 @@ The graphs are traced from the model's own modules (attn_implementation="eager")
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import shutil
@@ -41,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import staging
 from ..usage import (
     ArgumentParser,
     UsageError,
@@ -52,6 +54,7 @@ from ..usage import (
 )
 from .ctranslate2_export import QUANTIZATIONS as CT2_QUANTIZATIONS
 from .ctranslate2_export import check_out_dir as check_ctranslate2_out_dir
+from .loading import weights_shape_problem
 
 if TYPE_CHECKING:
     import numpy as np
@@ -165,6 +168,9 @@ def load_model(model_dir: str | Path, trust_remote_code: bool = False):
         import hf_vaswani  # noqa: F401  (registers the Auto classes)
     except ImportError:
         pass
+    problem = weights_shape_problem(str(model_dir))  # weights of another model size than the config
+    if problem is not None:
+        raise UsageError(problem)
     model = AutoModelForSeq2SeqLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager", trust_remote_code=trust_remote_code
     )
@@ -487,8 +493,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "ctranslate2":
         return _export_ctranslate2(args)
     model = load_model(args.model, trust_remote_code=args.trust_remote_code)
-    export(model, args.out_dir, opset=args.opset)
-    copied = copy_tokenizer_files(args.model, args.out_dir)
+    out_dir = Path(args.out_dir)
+    created = not out_dir.exists()
+    try:
+        # Staged, export_config.json last: a full disk leaves no graphs without their config, which a reader would
+        # take for a whole export; files get the user's mode.
+        with staging.staged_files(out_dir, seal=CONFIG_FILE) as staged:
+            export(model, staged, opset=args.opset)
+            copied = copy_tokenizer_files(args.model, staged)
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()  # the folder this run made, if nothing is in it
+        raise
     print(f"Wrote {ENCODER_FILE}, {CROSS_ATTENTION_FILE}, {DECODER_STEP_FILE} and {CONFIG_FILE} to {args.out_dir}")
     if not copied:
         logger.warning("%s has no tokenizer files to copy", args.model)

@@ -33,6 +33,7 @@ from ..usage import (
     non_finite_weights_problem,
     tokenizer_problem,
 )
+from .loading import weights_shape_problem
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,13 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
         raise ModelFolderError(f"{folder} is not a model folder: it has no weights ({', '.join(WEIGHT_FILES)})")
     if (folder / "model.safetensors").is_file():
         check_safetensors(folder / "model.safetensors")  # a truncated upload would be worse than none
+    pickles = [name for name in ("pytorch_model.bin", "pytorch_model.bin.index.json") if (folder / name).is_file()]
+    if pickles:  # torch's own refusal would advise weights_only=False, which runs whatever the pickle holds
+        raise ModelFolderError(
+            f"{folder / pickles[0]}: the weights are a pickle, which runs code when loaded; convert them to "
+            "model.safetensors (safetensors.torch.save_file of the state dict, on a machine you trust, or save the "
+            "model with save_pretrained) and remove the .bin before pushing"
+        )
     card = folder / "README.md"
     if not card.is_file():
         raise ModelFolderError(
@@ -147,6 +155,9 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
 
         import hf_vaswani  # noqa: F401  (registers the Auto classes; the folder's own code is checked on download)
 
+        problem = weights_shape_problem(str(folder))  # transformers' own answer is a table and a RuntimeError
+        if problem is not None:
+            raise ModelFolderError(problem)
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder)
             model, info = AutoModelForSeq2SeqLM.from_pretrained(folder, output_loading_info=True)

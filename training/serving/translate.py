@@ -39,6 +39,7 @@ import re
 import sys
 from pathlib import Path
 
+from .. import staging
 from ..data import textfiles
 from ..usage import (
     ArgumentParser,
@@ -51,6 +52,7 @@ from ..usage import (
     require_extra,
 )
 from .decoding import DEFAULT_MAX_TOKENS
+from .loading import check_device, weights_shape_problem
 
 logger = logging.getLogger(__name__)
 
@@ -208,10 +210,11 @@ def write_translations(lines: list[str], output: str | None) -> None:
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
-    elif output.endswith(".gz"):
-        Path(output).write_bytes(gzip.compress(text.encode("utf-8")))
-    else:
-        Path(output).write_text(text, encoding="utf-8", newline="\n")
+        return
+    data = gzip.compress(text.encode("utf-8")) if output.endswith(".gz") else text.encode("utf-8")
+    # Written beside it under a hidden name and renamed: a full disk leaves no cut file that looks like a result.
+    with staging.staged_file(output) as staged:
+        staged.write_bytes(data)
 
 
 # ---- model and decoding ---------------------------------------------------------------------------------------------
@@ -226,10 +229,14 @@ def load_model_and_tokenizer(args: argparse.Namespace):
     except ImportError:
         pass  # a folder with its own code still loads with --trust_remote_code
 
+    check_device(args.device)  # before minutes of loading: a GPU asked for where there is none
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype)
+    problem = weights_shape_problem(args.model)  # weights of another model size: transformers' table, then a traceback
+    if problem is not None:
+        raise UsageError(problem)
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
         model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dtype, trust_remote_code=args.trust_remote_code)
