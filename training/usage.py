@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import json
+import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +43,10 @@ MODEL_TYPE = "vaswani"  # hf_vaswani's VaswaniConfig.model_type (tests check the
 # its own options agree (recipe/train.py, check_saved_tokenizer).
 TRAINED_WITH_FILE = ".tokenizer_trained_with.json"
 RESULTS_FILE = "results.json"
+# config.json's record of the tokenizer a model was trained with (vaswani-train writes it, see tokenizer_fingerprint).
+# In config.json rather than the trained-with record: config.json goes wherever the model goes (checkpoints, averaged
+# folders, the Hub, remote code, which keeps unknown config keys), the hidden record does not.
+TOKENIZER_FINGERPRINT_KEY = "tokenizer_fingerprint"
 # A safetensors header is a JSON table of contents; anything beyond this is not a header but garbage.
 _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 _TRAINER_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug", "underflow_overflow tpu_metrics_debug")
@@ -101,8 +108,65 @@ def _int_at_least(minimum: int, requirement: str) -> Callable[[str], int]:
     return parse
 
 
+def int_in(low: int, high: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high`, both included; `why` (", the ...") ends the message."""
+
+    def parse(value: str) -> int:
+        number = _int_at_least(low, f"must be from {low} to {high}{why}")(value)
+        if number > high:
+            raise argparse.ArgumentTypeError(f"{value} must be from {low} to {high}{why}")
+        return number
+
+    return parse
+
+
 positive_int = _int_at_least(1, "must be a positive integer (1 or more)")
 non_negative_int = _int_at_least(0, "must be 0 or more")
+
+
+def number_problem(
+    number: float,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> str | None:
+    """Why `number` is not a finite number in the range (low, high bounds; open ends excluded), or None."""
+    if not math.isfinite(number):
+        return "must be a finite number"
+    too_low = low is not None and (number <= low if low_open else number < low)
+    too_high = high is not None and (number >= high if high_open else number > high)
+    if not (too_low or too_high):
+        return None
+    if high is None:
+        return f"must be above {low:g}" if low_open else f"must be {low:g} or more"
+    if low is None:
+        return f"must be below {high:g}" if high_open else f"must be {high:g} or less"
+    return f"must be in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def float_in(
+    low: float | None = None, high: float | None = None, *, low_open: bool = False, high_open: bool = False
+) -> Callable[[str], float]:
+    """An argparse type: a finite float within the bounds (None: unbounded; `*_open`: the bound itself excluded).
+    nan and inf are refused: they pass every comparison argparse would make and change results silently."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        problem = number_problem(number, low, high, low_open=low_open, high_open=high_open)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{value} {problem}")
+        return number
+
+    return parse
+
+
+finite_float = float_in()
+positive_float = float_in(0, low_open=True)
 
 
 # ---- checks that need no torch ----------------------------------------------------------------------------------------
@@ -237,6 +301,105 @@ def check_model_dir(value: str, option: str, *, hub_allowed: bool = True, needs_
             f"{option} {value}: the folder has no tokenizer (tokenizer.json); save the tokenizer with the model "
             "(tokenizer.save_pretrained(folder)), as vaswani-train does"
         )
+    if (path / "tokenizer.json").is_file():
+        problem = tokenizer_file_problem(path, config_values)
+        if problem is not None:
+            raise UsageError(problem)
+
+
+# ---- the tokenizer a model was trained with ---------------------------------------------------------------------------
+
+
+def tokenizer_fingerprint(tokenizer_json: dict) -> str:
+    """A fingerprint of the vocabulary and merges in a tokenizer.json (its JSON, as a dict): the SHA-256 of the
+    canonical token -> id mapping (the model's vocabulary and the added tokens, sorted by id) and the merges list, so
+    that saving the same tokenizer again, which may reorder keys or change the merges' spelling ("a b" or ["a", "b"]),
+    keeps it, while another run's tokenizer of the same size (other ids, other merges) does not."""
+    model = tokenizer_json.get("model") or {}
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        pairs = {(str(token), int(token_id)) for token, token_id in vocab.items()}
+    elif isinstance(vocab, list):  # Unigram: [piece, score] by id
+        pairs = {(str(entry[0] if isinstance(entry, list) else entry), index) for index, entry in enumerate(vocab)}
+    else:
+        pairs = set()
+    pairs |= {(str(token["content"]), int(token["id"])) for token in tokenizer_json.get("added_tokens") or []}
+    merges = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in model.get("merges") or []]
+    canonical = {
+        "type": model.get("type"),
+        "tokens": sorted(pairs, key=lambda pair: (pair[1], pair[0])),
+        "merges": merges,
+    }
+    text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def loaded_tokenizer_fingerprint(tokenizer) -> str | None:
+    """tokenizer_fingerprint of a loaded fast tokenizer (its Rust backend as tokenizer.json); None for one without."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return tokenizer_fingerprint(json.loads(backend.to_str())) if backend is not None else None
+
+
+def _fingerprint_problem(found: str | None, recorded: object, tokenizer_file: str, config_file: str, fix: str):
+    if not isinstance(recorded, str):
+        logging.getLogger(__name__).debug(
+            "%s records no %s (trained before it was recorded): the tokenizer's ids are not checked",
+            config_file,
+            TOKENIZER_FINGERPRINT_KEY,
+        )
+        return None
+    if found is None or found == recorded:
+        return None
+    return (
+        f"{tokenizer_file} is another tokenizer than the model's: its vocabulary and merges have fingerprint "
+        f"{found[:23]} but {config_file} says the model was trained with {TOKENIZER_FINGERPRINT_KEY} {recorded[:23]} "
+        f"(same size, other ids: it would translate to garbage); {fix}"
+    )
+
+
+def _token_count_problem(tokens: int, vocab_size: int, record: dict | None, tokenizer_file, config_file, folder, fix):
+    if record is not None and isinstance(record.get("tokens"), int) and record["tokens"] != tokens:
+        return (
+            f"{tokenizer_file} has {tokens} tokens but {folder / TRAINED_WITH_FILE} records {record['tokens']} for "
+            f"the tokenizer trained with this model; {fix}"
+        )
+    padded = vocab_size % 8 == 0 and vocab_size - tokens < 128 and record is None
+    if tokens > vocab_size or (tokens < vocab_size and not padded):
+        return f"{tokenizer_file} has {tokens} tokens but {config_file} says vocab_size {vocab_size}; {fix}"
+    return None
+
+
+_NOT_THIS_MODELS = "the tokenizer is not this model's: put the tokenizer files the model was trained with beside it"
+
+
+def tokenizer_file_problem(folder: Path, config_values: dict) -> str | None:
+    """The checks of tokenizer_problem that need only the files (config.json, tokenizer.json and the trained-with
+    record are JSON): the number of tokens and the fingerprint, answered before torch loads. None when they agree."""
+    tokenizer_file, config_file = folder / "tokenizer.json", folder / "config.json"
+    try:
+        tokenizer_json = json.loads(tokenizer_file.read_text(encoding="utf-8"))
+    except OSError as error:
+        return f"{tokenizer_file}: cannot be read ({error.strerror})"
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"{tokenizer_file}: not valid JSON ({error_line(error)}); save the tokenizer with the model again"
+    try:
+        found = tokenizer_fingerprint(tokenizer_json)
+        model = tokenizer_json.get("model") or {}
+        vocab = model.get("vocab")
+        ids = set(vocab.values()) if isinstance(vocab, dict) else set(range(len(vocab or [])))
+        ids |= {token["id"] for token in tokenizer_json.get("added_tokens") or []}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return f"{tokenizer_file}: not a tokenizer file (no vocabulary in it); save the tokenizer with the model again"
+    vocab_size = config_values.get("vocab_size")
+    if isinstance(vocab_size, int) and ids:
+        record = _json_or_none(folder / TRAINED_WITH_FILE)
+        problem = _token_count_problem(
+            len(ids), vocab_size, record, tokenizer_file, config_file, folder, _NOT_THIS_MODELS
+        )
+        if problem is not None:
+            return problem
+    recorded = config_values.get(TOKENIZER_FINGERPRINT_KEY)
+    return _fingerprint_problem(found, recorded, str(tokenizer_file), str(config_file), _NOT_THIS_MODELS)
 
 
 # ---- checks of a loaded model (duck-typed: the model and tokenizer come in loaded, torch is not imported here) ----------
@@ -271,22 +434,25 @@ def non_finite_weights_problem(model, source: str) -> str | None:
 def tokenizer_problem(tokenizer, config, source: str) -> str | None:
     """Why `tokenizer` is not the one the model of `config` was trained with, or None: a vocabulary of another size
     than the config's vocab_size (smaller only by the rows of an embedding padded to a round size), special-token ids
-    other than the config's, or tokenizer files that differ from the record of how the folder's tokenizer was
-    trained (TRAINED_WITH_FILE, written by vaswani-train) and the run's results.json."""
+    other than the config's, a vocabulary and merges other than the config's tokenizer_fingerprint (same size, other
+    ids), or tokenizer files that differ from the record of how the folder's tokenizer was trained
+    (TRAINED_WITH_FILE, written by vaswani-train) and the run's results.json."""
     tokenizer_file = model_file(source, ("tokenizer.json", "tokenizer_config.json"))
     config_file = model_file(source, ("config.json",))
-    fix = "the tokenizer is not this model's: put the tokenizer files the model was trained with beside it"
+    fix = _NOT_THIS_MODELS
     folder = Path(source).expanduser()
     record = _json_or_none(folder / TRAINED_WITH_FILE) if folder.is_dir() else None
     tokens, vocab_size = len(tokenizer), config.vocab_size
-    if record is not None and isinstance(record.get("tokens"), int) and record["tokens"] != tokens:
-        return (
-            f"{tokenizer_file} has {tokens} tokens but {folder / TRAINED_WITH_FILE} records {record['tokens']} for "
-            f"the tokenizer trained with this model; {fix}"
+    problem = _token_count_problem(tokens, vocab_size, record, tokenizer_file, config_file, folder, fix)
+    if problem is not None:
+        return problem
+    recorded = getattr(config, TOKENIZER_FINGERPRINT_KEY, None)
+    if isinstance(recorded, str):
+        problem = _fingerprint_problem(
+            loaded_tokenizer_fingerprint(tokenizer), recorded, tokenizer_file, config_file, fix
         )
-    padded = vocab_size % 8 == 0 and vocab_size - tokens < 128 and record is None
-    if tokens > vocab_size or (tokens < vocab_size and not padded):
-        return f"{tokenizer_file} has {tokens} tokens but {config_file} says vocab_size {vocab_size}; {fix}"
+        if problem is not None:
+            return problem
     eos_ids = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
     for name, config_ids in (
         ("pad_token_id", [config.pad_token_id]),

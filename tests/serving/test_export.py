@@ -23,9 +23,11 @@ from hf_vaswani_training.serving.export import (  # noqa: E402
     CONFIG_FILE,
     CROSS_ATTENTION_FILE,
     DECODER_STEP_FILE,
+    DEFAULT_OPSET,
     ENCODER_FILE,
     main,
     onnx_greedy_decode,
+    written_opsets,
 )
 from tests.conftest import tiny_model  # noqa: E402
 
@@ -110,6 +112,7 @@ def test_cli_writes_the_graphs_tokenizer_and_config_and_check_agrees(exported, r
     assert config["decoder_layers"] == model_config.decoder_layers == 2
     assert config["decoder_attention_heads"] == model_config.decoder_attention_heads == 4
     assert config["head_dim"] * config["decoder_attention_heads"] == config["d_model"] == model_config.d_model
+    assert config["opset"] == DEFAULT_OPSET and written_opsets(out_dir) == {DEFAULT_OPSET}  # what the files hold
 
 
 def test_onnx_checker_passes_and_axes_are_dynamic(exported):

@@ -33,6 +33,7 @@ from ..usage import (
     check_output_dir,
     error_line,
     looks_like_local_path,
+    number_problem,
     unknown_options_message,
 )
 
@@ -206,6 +207,154 @@ def training_option_names() -> frozenset[str]:
     return frozenset(names)
 
 
+@cache
+def training_option_types() -> dict[str, tuple[frozenset[str], frozenset[str] | None]]:
+    """{field name: (the kinds of value its annotation allows, the kinds of a list's items or None)} for the fields
+    of vaswani-train's dataclasses and the Trainer's, read with `ast` as training_option_names reads the names.
+    Kinds: int, float, bool, str, none, dict, list, and any (an enum, Literal or other type not judged here). The
+    first file that declares a field decides (ours override the Trainer's). Empty when a file cannot be found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or spec.origin is None:
+        return {}
+    here, transformers_dir = Path(__file__).resolve().parent, Path(spec.origin).parent
+    files = [here / name for name in _OWN_ARGUMENT_FILES] + [transformers_dir / n for n in _TRAINER_ARGUMENT_FILES]
+    types: dict[str, tuple[frozenset[str], frozenset[str] | None]] = {}
+    for path in files:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            return {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for statement in node.body:
+                    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                        kinds, items = _annotation_kinds(statement.annotation)
+                        types.setdefault(statement.target.id, (frozenset(kinds), items))
+    return types
+
+
+_SIMPLE_KINDS = {"int": "int", "float": "float", "bool": "bool", "str": "str", "None": "none", "dict": "dict"}
+
+
+def _annotation_kinds(node: ast.expr) -> tuple[set[str], frozenset[str] | None]:
+    """(kinds, list item kinds) of a type annotation's syntax tree: `int | None`, `Optional[Union[str, list[str]]]`."""
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return {"none"}, None
+        if isinstance(node.value, str):  # a string annotation
+            try:
+                return _annotation_kinds(ast.parse(node.value, mode="eval").body)
+            except SyntaxError:
+                return {"any"}, None
+        return {"any"}, None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union(_annotation_kinds(node.left), _annotation_kinds(node.right))
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    if isinstance(node, ast.Subscript):
+        outer = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "attr", None)
+        members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if outer in ("Optional", "Union"):
+            result: tuple[set[str], frozenset[str] | None] = ({"none"} if outer == "Optional" else set(), None)
+            for member in members:
+                result = _union(result, _annotation_kinds(member))
+            return result
+        if outer in ("list", "List"):
+            return {"list"}, frozenset(_annotation_kinds(members[0])[0])
+        if outer in ("dict", "Dict"):
+            return {"dict"}, None
+        return {"any"}, None
+    return {_SIMPLE_KINDS.get(name, "any")}, None
+
+
+def _union(first, second) -> tuple[set[str], frozenset[str] | None]:
+    items = first[1] | second[1] if first[1] is not None and second[1] is not None else first[1] or second[1]
+    return first[0] | second[0], items
+
+
+def _fits(value: object, kinds: frozenset[str] | set[str]) -> bool:
+    """Whether a recipe value (what JSON/YAML gives: None, bool, int, float, str, list, dict) suits `kinds`."""
+    if "any" in kinds:
+        return True
+    if value is None:
+        return "none" in kinds
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return "bool" in kinds
+    if isinstance(value, int):
+        return bool(kinds & {"int", "float", "str"})
+    if isinstance(value, float):
+        return bool(kinds & {"float", "str"})
+    if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string: a number written so is a number
+        return (
+            "str" in kinds or ("float" in kinds and _parses(value, float)) or ("int" in kinds and _parses(value, int))
+        )
+    if isinstance(value, dict):
+        return "dict" in kinds
+    return False
+
+
+def _parses(text: str, kind: type) -> bool:
+    try:
+        kind(text)
+    except ValueError:
+        return False
+    return True
+
+
+_KIND_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "none": "null",
+    "dict": "a mapping",
+}
+
+
+def _kinds_text(kinds: Iterable[str], items: Iterable[str] | None) -> str:
+    words = [_KIND_WORDS[kind] for kind in ("int", "float", "bool", "str", "dict") if kind in kinds]
+    if "float" in kinds:
+        words = [word for word in words if word != "an integer"]
+    if "list" in kinds and items is not None:
+        words.append(f"a list of {' or '.join(_kinds_text(items, None).split(' or '))}")
+    if "none" in kinds:
+        words.append("null")
+    return " or ".join(words)
+
+
+def _value_text(value: object) -> str:
+    kind = {
+        bool: "true/false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }
+    return f"{value!r} ({kind.get(type(value), type(value).__name__)})"
+
+
+def check_recipe_types(recipe: Path | None, values: dict) -> None:
+    """Each recipe value must be of its field's type (read from the dataclasses' source, training_option_types):
+    a list for an integer (`max_steps: [30]`) or a string for a flag is refused here, naming the key and the recipe,
+    instead of being turned into command-line words that happen to parse."""
+    types = training_option_types()
+    for key, value in values.items():
+        if key not in types:
+            continue  # a --no_* spelling, or a name the Trainer of another release has
+        kinds, items = types[key]
+        if isinstance(value, list):
+            fits = "list" in kinds and items is not None and all(_fits(item, items) for item in value)
+        else:
+            fits = _fits(value, kinds) or ("list" in kinds and items is not None and _fits(value, items))
+        if not fits:
+            raise UsageError(
+                f"{recipe}: key {key!r}: {_value_text(value)} is not what {key} takes ({_kinds_text(kinds, items)}); "
+                f"write one such value ({key}: VALUE)"
+            )
+
+
 def _field_of(option: str) -> str:
     """`--no-foo-bar`, `--foo-bar`, `--foo_bar` -> `foo_bar`: every spelling HfArgumentParser gives a field."""
     name = option.lstrip("-").split("=", 1)[0].replace("-", "_")
@@ -263,6 +412,51 @@ def _check_training_values(options: dict[str, str], recipe: Path | None, command
             f"{where('learning_rate')}--learning_rate {options['learning_rate']}: must be a finite number >= 0 (0, "
             "the default, is the paper's schedule peak)"
         )
+    for name, (kind, low, high, low_open, high_open, meaning) in TRAINING_RANGES.items():
+        number = _option_number(options, name, kind, where)
+        if number is None:
+            continue
+        problem = number_problem(number, low, high, low_open=low_open, high_open=high_open)
+        if problem is not None:
+            raise UsageError(f"{where(name)}--{name} {options[name]}: {problem} ({meaning})")
+
+
+# The numeric training values with an obvious range, checked before torch: name -> (type, low, high, low excluded,
+# high excluded, what the value is). Floats must also be finite (nan and inf pass comparisons and train nothing).
+TRAINING_RANGES: dict[str, tuple[type, float | None, float | None, bool, bool, str]] = {
+    "warmup_steps": (float, 0, None, False, False, "warmup steps, or a fraction of the run below 1"),
+    "label_smoothing_factor": (float, 0, 1, False, True, "epsilon_ls of §5.4, the paper's 0.1"),
+    "dropout": (float, 0, 1, False, True, "a probability, the paper's 0.1"),
+    "adam_beta1": (float, 0, 1, False, True, "Adam's beta1, the paper's 0.9"),
+    "adam_beta2": (float, 0, 1, False, True, "Adam's beta2, the paper's 0.98"),
+    "adam_epsilon": (float, 0, None, False, False, "Adam's epsilon, the paper's 1e-9"),
+    "weight_decay": (float, 0, None, False, False, "0 in the paper"),
+    "max_grad_norm": (float, 0, None, False, False, "0 clips nothing"),
+    "length_penalty": (float, None, None, False, False, "GNMT alpha, the paper's 0.6"),
+    "num_train_epochs": (float, 0, None, True, False, "passes over the training data"),
+    "save_steps": (float, 0, None, True, False, "steps between checkpoints, or a fraction of the run below 1"),
+    "logging_steps": (float, 0, None, True, False, "steps between log lines, or a fraction of the run below 1"),
+    "eval_steps": (float, 0, None, True, False, "steps between evaluations, or a fraction of the run below 1"),
+    "max_train_minutes": (float, 0, None, True, False, "a time budget in minutes"),
+    "max_tokens": (int, 0, None, False, False, "tokens per batch; 0 uses --per_device_train_batch_size"),
+    "eval_max_tokens": (int, 1, None, False, False, "padded source tokens per translation batch"),
+    "per_device_train_batch_size": (int, 1, None, False, False, "sentences per batch"),
+    "per_device_eval_batch_size": (int, 1, None, False, False, "sentences per batch"),
+    "gradient_accumulation_steps": (int, 1, None, False, False, "batches per optimizer step"),
+    "generation_num_beams": (int, 1, None, False, False, "the beam size, the paper's 4"),
+    "max_length_offset": (int, 0, None, False, False, "outputs are at most source length + this"),
+    "vocab_size": (int, 1, None, False, False, "the BPE vocabulary size"),
+    "bpe_min_frequency": (int, 0, None, False, False, "a pair is merged only if it occurs this often"),
+    "average_last_n": (int, 0, None, False, False, "checkpoints averaged, 0 or 1 disables"),
+    "save_total_limit": (int, 1, None, False, False, "checkpoints kept"),
+    "seed": (int, 0, 2**32 - 1, False, False, "a random seed"),
+    "dataloader_num_workers": (int, 0, None, False, False, "data loading processes"),
+    "preprocessing_num_workers": (int, 1, None, False, False, "tokenizing processes"),
+    "toy_num_train": (int, 1, None, False, False, "training pairs of the embedded corpus"),
+    "toy_num_validation": (int, 0, None, False, False, "validation pairs of the embedded corpus"),
+    "toy_num_test": (int, 0, None, False, False, "test pairs of the embedded corpus"),
+    "num_samples_to_print": (int, 0, None, False, False, "sample translations printed"),
+}
 
 
 def _option_number(options: dict[str, str], name: str, kind: type, where: Callable[[str], str]) -> float | None:
@@ -276,18 +470,81 @@ def _option_number(options: dict[str, str], name: str, kind: type, where: Callab
         raise UsageError(f"{where(name)}--{name} {options[name]}: not {what} ({options[name]!r})") from None
 
 
+def check_preset(preset: str | None) -> None:
+    """--preset names a shipped preset (hf_vaswani/presets/NAME.json) or a config JSON file holding a JSON object:
+    checked as JSON here, before torch, as recipe/train.py's load_preset would check it after."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("hf_vaswani")
+    if preset is None or spec is None or not spec.submodule_search_locations:
+        return
+    shipped = Path(next(iter(spec.submodule_search_locations))) / "presets"
+    names = sorted(path.stem for path in shipped.glob("*.json"))
+    path = Path(preset) if preset.endswith(".json") else shipped / f"{preset}.json"
+    if not path.is_file():
+        close = difflib.get_close_matches(preset, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(
+            f"--preset {preset}: no file {path}; presets are {', '.join(names)} or a path to a config JSON{hint}"
+        )
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"--preset {path}, line {error.lineno}: not valid JSON ({error.msg}); a preset is a config JSON object"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--preset {path}: cannot be read ({error})") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"--preset {path}: a preset is a JSON object of config values, not {type(values).__name__}")
+
+
+def check_data_files(options: dict[str, str]) -> None:
+    """--train_file, --validation_file and --test_file exist, before torch: a .jsonl/.json/.tsv file (.gz too), or a
+    text-pair prefix with both halves (PREFIX.SRC and PREFIX.TGT), relative to --data_dir when given, as
+    training/data/corpora.py reads them."""
+    from ..data.textfiles import ParallelDataError, pair_half
+
+    source, target, data_dir = options.get("source_lang"), options.get("target_lang"), options.get("data_dir")
+    for name in ("train_file", "validation_file", "test_file"):
+        value = options.get(name)
+        if not value or value == "None":
+            continue
+        path = Path(value)
+        if data_dir and not path.is_absolute():
+            path = Path(data_dir) / path
+        if Path(path.name.removesuffix(".gz")).suffix.lower() in (".jsonl", ".json", ".tsv"):
+            if not path.is_file():
+                raise UsageError(f"--{name} {value}: data file {str(path)!r} does not exist")
+            continue
+        if not (source and target):
+            continue  # the data loader names the missing languages
+        prefix = path
+        for ending in (f".{source}", f".{source}.gz", f".{target}", f".{target}.gz"):
+            if path.name.endswith(ending) and len(path.name) > len(ending):
+                prefix = path.with_name(path.name[: -len(ending)])
+        try:
+            pair_half(prefix, source)
+            pair_half(prefix, target)
+        except ParallelDataError as error:
+            raise UsageError(f"--{name} {value}: {error}") from None
+
+
 def preflight_train(argv: Sequence[str]) -> TrainRequest:
     """vaswani-train's checks before torch: the recipe, and the folders and files the arguments name. Returns what
     was read, for parse_arguments and recipe/train.py to use instead of reading it again."""
     check_training_transformers()
     recipe, values, rest = split_recipe(argv)
     check_training_option_names(recipe, values, rest)
+    check_recipe_types(recipe, values)
     options = raw_options(values, rest)
     _check_training_values(options, recipe, rest)
     model = options.get("model_name_or_path")
     if model:
         needs_tokenizer = not options.get("tokenizer_name_or_path")  # the model's own tokenizer is used
         check_model_dir(model, "--model_name_or_path", needs_tokenizer=needs_tokenizer)
+    else:
+        check_preset(options.get("preset"))
     tokenizer = options.get("tokenizer_name_or_path")
     if tokenizer and not Path(tokenizer).exists() and looks_like_local_path(tokenizer):
         raise UsageError(f"--tokenizer_name_or_path {tokenizer}: no such folder")
@@ -300,6 +557,7 @@ def preflight_train(argv: Sequence[str]) -> TrainRequest:
             f"--data_dir {data_dir}: no such folder (relative paths are relative to {Path.cwd()}); pass --data_dir "
             "with the folder of train/valid/test files"
         )
+    check_data_files(options)
     check_output_dir(options.get("output_dir"), "--output_dir")
     resume = options.get("resume_from_checkpoint")
     if resume and resume not in ("True", "true", "False", "false", "last", "None") and not Path(resume).is_dir():

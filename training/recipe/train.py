@@ -41,7 +41,15 @@ from ..data.corpora import load_parallel_data
 from ..data.tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
 from ..serving.decoding import translate_texts
 from ..serving.push import network_problem
-from ..usage import UsageError, check_loaded_model, check_model_dir, check_output_dir, check_safetensors
+from ..usage import (
+    TOKENIZER_FINGERPRINT_KEY,
+    UsageError,
+    check_loaded_model,
+    check_model_dir,
+    check_output_dir,
+    check_safetensors,
+    loaded_tokenizer_fingerprint,
+)
 from .arguments import ModelArguments, VaswaniTrainingArguments
 from .average_checkpoints import average_checkpoints, last_checkpoints
 from .checkpoints import (
@@ -186,6 +194,17 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
             config, attn_implementation=model_args.attn_implementation
         )
     check_tokenizer_fits(tokenizer, model.config)
+    # The tokenizer's vocabulary and merges, recorded in config.json: every later load checks it (usage.py).
+    fingerprint = loaded_tokenizer_fingerprint(tokenizer)
+    recorded = getattr(model.config, TOKENIZER_FINGERPRINT_KEY, None)
+    if isinstance(recorded, str) and fingerprint is not None and fingerprint != recorded:
+        raise UsageError(
+            f"--model_name_or_path {model_args.model_name_or_path}: its config.json says the model was trained with "
+            f"{TOKENIZER_FINGERPRINT_KEY} {recorded[:23]} but this run's tokenizer ({tokenizer.name_or_path}) has "
+            f"{fingerprint[:23]} (other ids); leave out --tokenizer_name_or_path to use the model's own tokenizer"
+        )
+    if fingerprint is not None:
+        setattr(model.config, TOKENIZER_FINGERPRINT_KEY, fingerprint)
     return model
 
 

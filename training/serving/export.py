@@ -49,6 +49,7 @@ from ..usage import (
     check_loaded_model,
     check_model_dir,
     check_output_dir,
+    int_in,
     positive_int,
     require_extra,
 )
@@ -67,6 +68,12 @@ CROSS_ATTENTION_FILE = "cross_attention.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
 CONFIG_FILE = "export_config.json"
 DEFAULT_OPSET = 18
+# The opsets vaswani-export can write, fixed here so that --opset is checked before torch loads. torch.onnx's dynamo
+# exporter (torch 2.13, onnxscript 0.7) builds every graph at its own opset 18 (TORCHLIB_OPSET) and converts it to
+# the opset asked for: down to 17, where LayerNormalization first exists (below, the conversion fails with "No
+# Previous Version of LayerNormalization exists" and the files stay at 18), and up to the newest opset of the onnx
+# package; ONNX Runtime 1.32 runs (--check) each of 17-28 with identical tokens (measured on the tiny model).
+MIN_OPSET, MAX_OPSET = 17, 28
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
 CHECK_SENTENCES = (
     "A man sits on a bench .",
@@ -223,6 +230,18 @@ def _export_graph(module, args: tuple, path: Path, input_names, output_names, dy
     program.save(str(path), external_data=False)
 
 
+def written_opsets(out_dir: Path) -> set[int]:
+    """The default-domain opsets the three .onnx files in `out_dir` import (their opset_import)."""
+    import onnx
+
+    return {
+        entry.version
+        for name in (ENCODER_FILE, CROSS_ATTENTION_FILE, DECODER_STEP_FILE)
+        for entry in onnx.load(str(out_dir / name), load_external_data=False).opset_import
+        if entry.domain in ("", "ai.onnx")
+    }
+
+
 def export(model, out_dir: str | Path, opset: int = DEFAULT_OPSET) -> dict:
     """Write encoder.onnx, cross_attention.onnx, decoder_step.onnx and export_config.json to `out_dir`."""
     import torch
@@ -291,7 +310,10 @@ def export(model, out_dir: str | Path, opset: int = DEFAULT_OPSET) -> dict:
             },
             opset,
         )
-    config["opset"] = opset
+    written = written_opsets(out_dir)
+    if written != {opset}:
+        logger.warning("asked for opset %d, but the exporter wrote %s", opset, sorted(written))
+    config["opset"] = max(written)  # what the files hold, not what was asked for
     (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return config
 
@@ -421,7 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="onnx: three graphs for ONNX Runtime; ctranslate2: a CTranslate2 model (pip install "
         '"hf-vaswani[ctranslate2]")',
     )
-    parser.add_argument("--opset", type=positive_int, default=DEFAULT_OPSET, help="ONNX opset version (--format onnx)")
+    parser.add_argument(
+        "--opset",
+        type=int_in(MIN_OPSET, MAX_OPSET, ", the opsets the exporter can write"),
+        default=DEFAULT_OPSET,
+        help=f"ONNX opset version, {MIN_OPSET} to {MAX_OPSET} (--format onnx)",
+    )
     parser.add_argument(
         "--quantization",
         choices=CT2_QUANTIZATIONS,

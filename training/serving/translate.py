@@ -34,9 +34,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import json
 import logging
 import re
 import sys
+import types
 from pathlib import Path
 
 from .. import staging
@@ -47,7 +49,10 @@ from ..usage import (
     check_loaded_model,
     check_model_dir,
     check_output_file,
+    finite_float,
+    float_in,
     non_negative_int,
+    positive_float,
     positive_int,
     require_extra,
 )
@@ -93,14 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
     decoding.add_argument("--num_beams", type=positive_int, help="beam size (paper: 4)")
-    decoding.add_argument("--length_penalty", type=float, metavar="ALPHA", help="GNMT length penalty (paper: 0.6)")
+    decoding.add_argument(
+        "--length_penalty", type=finite_float, metavar="ALPHA", help="GNMT length penalty (paper: 0.6)"
+    )
     modes = decoding.add_mutually_exclusive_group()
     modes.add_argument("--greedy", action="store_true", help="greedy search (num_beams=1)")
     modes.add_argument("--sample", action="store_true", help="sample instead of searching (num_beams=1 by default)")
-    decoding.add_argument("--temperature", type=float, help="softmax temperature for --sample")
-    decoding.add_argument("--top_k", type=int, help="sample from the k most likely tokens (--sample)")
-    decoding.add_argument("--top_p", type=float, help="nucleus sampling threshold (--sample)")
-    decoding.add_argument("--seed", type=int, help="random seed, for reproducible --sample outputs")
+    decoding.add_argument("--temperature", type=positive_float, help="softmax temperature for --sample (above 0)")
+    decoding.add_argument(
+        "--top_k", type=non_negative_int, help="sample from the k most likely tokens (--sample; 0: no top-k limit)"
+    )
+    decoding.add_argument(
+        "--top_p", type=float_in(0, 1, low_open=True), help="nucleus sampling threshold, in (0, 1] (--sample)"
+    )
+    decoding.add_argument("--seed", type=non_negative_int, help="random seed, for reproducible --sample outputs")
     decoding.add_argument(
         "--max_length_offset",
         type=non_negative_int,
@@ -171,6 +182,26 @@ def check_files(args: argparse.Namespace) -> None:
     if args.attention_plot is not None:
         check_output_file(args.attention_plot, "--attention-plot")
         require_extra(["matplotlib"], "plot", "--attention-plot")
+    defaults = saved_generation_defaults(args.model)
+    if defaults is not None:
+        generation_kwargs(args, defaults)  # --num_return_sequences against the beams: answered before torch
+
+
+def saved_generation_defaults(model: str) -> types.SimpleNamespace | None:
+    """The num_beams a local model folder decodes with by default (its generation_config.json, read as JSON; 1
+    without one, as transformers does), for the checks of generation_kwargs before the model loads. None for a Hub
+    id or a CTranslate2 folder (checked once loaded)."""
+    folder = Path(model).expanduser()
+    if not (folder / "config.json").is_file() or (folder / "model.bin").is_file():
+        return None
+    try:
+        values = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        values = {}
+    except (OSError, ValueError):
+        return None  # from_pretrained names the problem
+    num_beams = values.get("num_beams") if isinstance(values, dict) else None
+    return types.SimpleNamespace(num_beams=num_beams if isinstance(num_beams, int) else 1)
 
 
 # ---- input and output -----------------------------------------------------------------------------------------------
@@ -283,8 +314,6 @@ def _decoder_shape(config) -> tuple[int | None, int | None]:
 
 def _main_ctranslate2(args: argparse.Namespace, sentences: list[str]) -> int:
     """`--engine ctranslate2`: the same options, input and output, decoded by CTranslate2."""
-    import types
-
     import ctranslate2
 
     from .ctranslate2_export import CTranslate2Translator
