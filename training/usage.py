@@ -566,8 +566,8 @@ def check_output_dir(value: str | None, option: str) -> None:
         raise UsageError(f"{option} {value}: is a file, not a folder; choose another {option}")
     if value is not None:
         folder = Path(value).absolute()
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent  # the folder the run would create it in
+        while not folder.is_dir() and folder != folder.parent:
+            folder = folder.parent  # the folder the run would create it in (a file on the way: the writer says so)
         _check_writable(folder, value, option)
 
 

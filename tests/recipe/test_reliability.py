@@ -275,7 +275,7 @@ def test_resuming_from_an_incomplete_checkpoint_is_refused_naming_the_file(broke
     if state == "cut short":
         (checkpoint / "trainer_state.json").write_text('{"global_step": 30, "log_hist')
     expected = "is missing" if state == "missing" else "is not valid JSON"
-    with pytest.raises(ValueError, match=rf"Cannot resume from {re.escape(str(checkpoint))}: .*json {expected}"):
+    with pytest.raises(UsageError, match=rf"--resume_from_checkpoint {re.escape(str(checkpoint))}: .*json {expected}"):
         main([*RUN, "--output_dir", str(broken_last_checkpoint), "--resume_from_checkpoint", str(checkpoint)])
     assert last_complete_checkpoint(broken_last_checkpoint) == str(
         broken_last_checkpoint / "checkpoints" / "checkpoint-27"

@@ -1,6 +1,7 @@
 """The attention explorer's functions, without a browser (tests/serving/test_explore_browser.py drives the page
 itself)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from tests.conftest import MAX_SOURCE_TOKENS, REPO_ROOT, SENTENCE, make_model_fo
 
 pytest.importorskip("gradio", reason='the explorer needs gradio: pip install -e ".[dev]"')
 
-from hf_vaswani_training.serving import explore  # noqa: E402
+from hf_vaswani_training.serving import explore, explore_models  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +197,11 @@ def test_space_app_runs_from_a_copy_of_the_repository(tmp_path, model_dir):
     assert completed.returncode == 0, completed.stderr[-3000:]
     module_file, status = completed.stdout.splitlines()[-2:]
     assert Path(module_file) == space / "training" / "serving" / "explore.py"
-    assert status.startswith(f"<p><b>Model</b> <code>{model_dir}</code>") and "2 encoder / 2 decoder layers" in status
+    # The folder by its own name: the server's path is not shown to visitors.
+    assert (
+        status.startswith(f"<p><b>Model</b> <code>{model_dir.name}</code>") and "2 encoder / 2 decoder layers" in status
+    )
+    assert str(model_dir.parent) not in status
 
 
 def test_cli_without_gradio_names_the_extra(monkeypatch, capsys, model_dir):
@@ -354,3 +359,51 @@ def resident_megabytes() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     pytest.skip("no /proc/self/status: RSS unknown on this system")
+
+
+def test_the_page_names_the_model_as_its_starter_chose_never_by_its_server_path(model_dir):
+    shelf = explore.ModelShelf()
+    controls = page_controls(explore.build_app(str(model_dir), shelf=shelf))
+    assert controls["model-source"].value == model_dir.name
+    assert f"<code>{model_dir.name}</code>" in controls["model-status"].value
+    page = controls["model-source"].value + controls["model-status"].value
+    assert str(model_dir.parent) not in page
+    named = page_controls(explore.build_app(str(model_dir), shelf=shelf, name="someone/de-en-base"))
+    assert named["model-source"].value == "someone/de-en-base"
+    assert "<code>someone/de-en-base</code>" in named["model-status"].value and str(model_dir) not in str(named)
+    # Load with the shown name loads the served model, and the answer names it so too.
+    served = explore.Served(str(model_dir), explore.LoadPolicy(), shelf, 32, "someone/de-en-base")
+    answer = explore.on_load("someone/de-en-base", served=served)
+    assert answer[0] == str(model_dir) and "<code>someone/de-en-base</code>" in answer[1]
+
+
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        ({"source_lang": "de", "samples": [{"source": "Zwei Hunde spielen im Schnee .", "hypothesis": "",
+                                            "reference": ""}]}, "Zwei Hunde spielen im Schnee ."),
+        ({"source_lang": "de", "samples": []}, explore_models.EXAMPLES["de"]),
+        ({"source_lang": "fr"}, explore_models.EXAMPLES["fr"]),
+        ({"source_lang": "fi"}, ""),  # no example rather than one in another language
+        (None, ""),
+    ],
+)  # fmt: skip
+def test_the_example_sentence_is_in_the_models_source_language(tmp_path, record, expected):
+    if record is not None:
+        (tmp_path / "results.json").write_text(json.dumps(record))
+    assert explore_models.example_sentence(str(tmp_path)) == expected
+
+
+def test_the_example_language_comes_from_the_model_card_without_a_run_record(tmp_path):
+    (tmp_path / "README.md").write_text("---\nlanguage:\n- de\n- en\nlicense: mit\n---\n# A model\n")
+    assert explore_models.example_sentence(str(tmp_path)) == explore_models.EXAMPLES["de"]
+    (tmp_path / "README.md").write_text("---\nlanguage: [fr, en]\n---\n")
+    assert explore_models.example_sentence(str(tmp_path)) == explore_models.EXAMPLES["fr"]
+
+
+def test_the_page_starts_with_the_served_models_example(tmp_path, model_dir):
+    folder = tmp_path / "de-en"
+    shutil.copytree(model_dir, folder)
+    (folder / "results.json").write_text(json.dumps({"source_lang": "de", "samples": []}))
+    controls = page_controls(explore.build_app(str(folder), shelf=explore.ModelShelf()))
+    assert controls["sentence"].value == explore_models.EXAMPLES["de"]

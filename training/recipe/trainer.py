@@ -531,9 +531,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             # A full disk (torch's zip writer says it as "unexpected pos N vs M") or a read-only one: one line naming
             # the checkpoint, judged before the staged files go; the staged folder is removed, older checkpoints stay.
             usage_error = storage_error(error, output_dir)
-            if self.args.should_save:
-                shutil.rmtree(staging_dir, ignore_errors=True)
             if usage_error is not None:
+                if self.args.should_save:  # (any other error leaves it, as a kill would: the next run removes it)
+                    shutil.rmtree(staging_dir, ignore_errors=True)
                 for callback in self.callback_handler.callbacks:  # the progress bar ends before the one line
                     bar = getattr(callback, "training_bar", None)
                     if bar is not None:

@@ -34,12 +34,21 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..usage import ArgumentParser, UsageError
-from .explore_models import SHELF, Explorer, LoadPolicy, ModelShelf, load_explorer, model_problem
+from .explore_models import (
+    SHELF,
+    Explorer,
+    LoadPolicy,
+    ModelShelf,
+    example_sentence,
+    load_explorer,
+    model_problem,
+)
 from .explore_svg import ATTENTION_KINDS, display, position_encoding_html, render_attention
 
 if TYPE_CHECKING:
@@ -48,7 +57,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 INSTALL_HINT = 'the attention explorer needs gradio: pip install "hf-vaswani[explore]"'
-DEFAULT_SENTENCE = "A little girl climbs into a wooden playhouse ."
 MAX_BEAMS = 8
 
 
@@ -226,8 +234,9 @@ def text_html(*lines: str) -> str:
     return "".join(f"<p>{html.escape(line)}</p>" for line in lines)
 
 
-def describe(explorer: Explorer) -> str:
-    """The status line of a loaded model, as HTML (its name escaped)."""
+def describe(explorer: Explorer, name: str | None = None) -> str:
+    """The status line of a loaded model, as HTML (its name escaped): `name`, what the page shows for it, or
+    `shown_name(explorer.source)`."""
     config, generation = explorer.config, explorer.model.generation_config
     beams = generation.num_beams or 1
     decoding = "greedy" if beams == 1 else f"beam {beams}"
@@ -241,7 +250,15 @@ def describe(explorer: Explorer) -> str:
         f"{parameters / 1e6:.2f}M parameters · sources up to {explorer.max_source_tokens} tokens · "
         f"default decoding: {decoding}"
     )
-    return f"<p><b>Model</b> <code>{html.escape(explorer.source)}</code>{html.escape(details)}</p>"
+    name = name or shown_name(explorer.source)
+    return f"<p><b>Model</b> <code>{html.escape(name)}</code>{html.escape(details)}</p>"
+
+
+def shown_name(source: str) -> str:
+    """What the page calls a served model when its starter gave no --name: a Hub id as it is, a local folder by its
+    own name only (the server's path is not the visitors' business)."""
+    path = Path(source).expanduser()
+    return path.resolve().name if path.is_dir() else source
 
 
 def _theme():
@@ -289,16 +306,25 @@ class Served:
     policy: LoadPolicy
     shelf: ModelShelf
     d_model: int
+    name: str = ""  # what the page shows for `source` (--name; default shown_name(source))
+
+    def __post_init__(self):
+        self.name = self.name or (shown_name(self.source) if self.source else "")
 
 
 def build_app(
-    model_dir_or_repo: str | None = None, *, allow_load: LoadPolicy | None = None, shelf: ModelShelf | None = None
+    model_dir_or_repo: str | None = None,
+    *,
+    allow_load: LoadPolicy | None = None,
+    shelf: ModelShelf | None = None,
+    name: str | None = None,
 ) -> gr.Blocks:
     """The explorer page for a model folder or Hub id, which stays loaded (pinned) while the page lives. A source
     that does not load shows its error in the page; `main` checks the source before it builds the page.
-    `allow_load`: what visitors may load from the page (default: nothing else)."""
+    `allow_load`: what visitors may load from the page (default: nothing else). `name`: what the page calls the
+    served model (default: a Hub id as it is, a folder by its own name, never its path on the server)."""
     gr = _require_gradio()
-    served = Served((model_dir_or_repo or "").strip(), allow_load or LoadPolicy(), shelf or SHELF, 512)
+    served = Served((model_dir_or_repo or "").strip(), allow_load or LoadPolicy(), shelf or SHELF, 512, name or "")
     explorer, status = (
         None,
         text_html("⚠️ No model loaded: type a model folder or Hub repository id above and press Load."),
@@ -306,13 +332,13 @@ def build_app(
     if served.source:
         try:
             explorer = load_explorer(served.source, pin=True, shelf=served.shelf)
-            status, served.d_model = describe(explorer), explorer.config.d_model
+            status, served.d_model = describe(explorer, served.name), explorer.config.d_model
         except UsageError as error:
             status = text_html(f"⚠️ {error}")
     with gr.Blocks(title="hf-vaswani attention explorer", analytics_enabled=False) as app:
         controls = _header(gr, explorer, served, status)
         with gr.Tabs():
-            controls |= _translate_tab(gr, explorer)
+            controls |= _translate_tab(gr, explorer, example_sentence(served.source) if explorer else "")
             controls |= _look_tab(gr, explorer)
             controls |= _positions_tab(gr, explorer)
         _wire_events(gr, controls, served)
@@ -328,7 +354,7 @@ def _header(gr, explorer: Explorer | None, served: Served, status: str) -> dict:
     off = "" if served.policy.anything or served.policy.patterns else " (loading other models is off on this server)"
     with gr.Row():
         source_box = gr.Textbox(
-            value=served.source, label=f"Model folder or Hub repository id{off}", elem_id="model-source", scale=4
+            value=served.name, label=f"Model folder or Hub repository id{off}", elem_id="model-source", scale=4
         )
         load_button = gr.Button("Load model", elem_id="load-model", scale=1, size="md")
     return {
@@ -340,7 +366,7 @@ def _header(gr, explorer: Explorer | None, served: Served, status: str) -> dict:
     }
 
 
-def _translate_tab(gr, explorer: Explorer | None) -> dict:
+def _translate_tab(gr, explorer: Explorer | None, example: str) -> dict:
     from hf_vaswani import PAPER_DECODING
 
     generation = explorer.model.generation_config if explorer else None
@@ -351,7 +377,7 @@ def _translate_tab(gr, explorer: Explorer | None) -> dict:
     controls = {}
     with gr.Tab("Translate", id="translate"):
         controls["sentence"] = gr.Textbox(
-            value=DEFAULT_SENTENCE, label="Source sentence", lines=2, elem_id="sentence", autofocus=True
+            value=example, label="Source sentence", lines=2, elem_id="sentence", autofocus=True
         )
         with gr.Row():
             controls["beams"] = gr.Slider(1, MAX_BEAMS, value=beams, step=1, label="Beam size", elem_id="beams")
@@ -449,6 +475,9 @@ def on_load(requested: str, *, served: Served):
     import gradio as gr
 
     requested = (requested or "").strip()
+    shown = requested
+    if requested == served.name:  # the served model, by the name the page shows for it
+        requested, shown = served.source, served.name
     unchanged = tuple(gr.update() for _ in range(5))
     if requested != served.source and not served.policy.allows(requested):
         return (gr.update(), text_html(f"⚠️ {served.policy.refusal(requested)}"), *unchanged)
@@ -464,7 +493,7 @@ def on_load(requested: str, *, served: Served):
     layers = layer_choices(loaded, kind)
     return (
         loaded.source,
-        describe(loaded),
+        describe(loaded, shown),
         None,
         gr.update(choices=layers, value=layers[-1]),
         gr.update(choices=head_choices(loaded, kind), value="mean"),
@@ -550,6 +579,10 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--port", type=port_number, default=None, help="port (default: Gradio's, 7860 or the next free)"
     )
+    parser.add_argument(
+        "--name", default=None, help="what the page calls the model (default: a Hub id as given, a folder by its own "
+        "name; never its path on this machine)"
+    )  # fmt: skip
     parser.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
     parser.add_argument(
         "--allow-load", nargs="+", default=None, metavar="PATTERN",
@@ -616,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=sys.stderr)
     policy = load_policy(args.host, args.share, args.allow_load)
     load_explorer(args.model, pin=True)  # fail here, in one line, rather than in the page
-    app = build_app(args.model, allow_load=policy)
+    app = build_app(args.model, allow_load=policy, name=args.name)
     notice = reach_notice(args.host, args.port, args.share, policy)
     if notice:
         print(notice, file=sys.stderr)

@@ -45,6 +45,56 @@ def model_problem(source: str) -> str | None:
     return None
 
 
+# The example sentence by source language, where the model folder has none of its own (a Multi30k-like caption).
+EXAMPLES = {
+    "en": "A little girl climbs into a wooden playhouse .",
+    "de": "Ein kleines Mädchen klettert in ein Spielhaus aus Holz .",
+    "fr": "Une petite fille grimpe dans une maisonnette en bois .",
+}
+
+
+def example_sentence(source: str) -> str:
+    """The sentence the page starts with, in the model's source language: the first test sentence its training run
+    recorded (results.json's samples, vaswani-train), else the example of its source language (results.json's
+    source_lang, or the model card's first `language`) from `EXAMPLES`, else none: a sentence in the wrong language
+    would show the model at its worst and teach the visitor nothing."""
+    folder = Path(source).expanduser()
+    results = _json_file(folder / "results.json")
+    samples = results.get("samples") or []
+    if samples and isinstance(samples[0], dict) and str(samples[0].get("source") or "").strip():
+        return str(samples[0]["source"]).strip()
+    language = results.get("source_lang") or _card_language(folder / "README.md")
+    return EXAMPLES.get(str(language or "").split("-")[0].lower(), "")
+
+
+def _json_file(path: Path) -> dict:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+def _card_language(card: Path) -> str | None:
+    """The first `language` of a model card's YAML block (vaswani-train writes the source language first)."""
+    try:
+        lines = card.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not lines or lines[0].strip() != "---":
+        return None
+    for index, line in enumerate(lines[1:], 1):
+        if line.strip() == "---":
+            return None
+        if line.startswith("language:"):
+            value = line.split(":", 1)[1].strip()
+            if value:
+                return value.strip("[]'\" ").split(",")[0].strip("'\" ")
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            return following.strip().lstrip("-").strip().strip("'\"") or None
+    return None
+
+
 @dataclass
 class Explorer:
     """A loaded model and tokenizer, with what the page needs to know about them."""
