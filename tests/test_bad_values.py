@@ -263,3 +263,17 @@ def test_the_opset_bounds_are_within_the_installed_onnx():
     from hf_vaswani_training.serving.export import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 
     assert MIN_OPSET <= DEFAULT_OPSET == _constants.TORCHLIB_OPSET <= MAX_OPSET <= onnx.defs.onnx_opset_version()
+
+
+# ---- the explorer's decoding controls ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), None])
+def test_the_explorer_never_decodes_with_a_length_penalty_that_is_not_a_number(alpha):
+    from hf_vaswani import PAPER_DECODING
+    from hf_vaswani_training.serving.explore import generation_options
+
+    kwargs, notices = generation_options(4, False, 1, True, alpha)
+    assert kwargs["length_penalty"] == PAPER_DECODING["length_penalty"]
+    assert bool(notices) == (alpha is not None)  # an empty box is the paper's value, a nan is said
+    assert generation_options(4, False, 1, True, 1.0)[0]["length_penalty"] == 1.0

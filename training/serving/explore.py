@@ -99,7 +99,14 @@ def generation_options(num_beams: int, greedy: bool, n_best: int, gnmt: bool, al
     if num_beams > 1:
         if gnmt:
             # lp(Y) = ((5 + |Y|) / 6) ** alpha (§6.1, after Wu et al. 2016)
-            kwargs.update(length_penalty_type="gnmt", length_penalty=float(alpha))
+            from hf_vaswani import PAPER_DECODING  # imported when translating (torch is loaded by then)
+
+            paper_alpha = PAPER_DECODING["length_penalty"]
+            alpha = float(alpha if alpha is not None else paper_alpha)
+            if not np.isfinite(alpha):  # nan or inf would pass into the formula and reorder the beams silently
+                notices.append(f"α={alpha:g} is not a number; the paper's {paper_alpha:g} used.")
+                alpha = paper_alpha
+            kwargs.update(length_penalty_type="gnmt", length_penalty=alpha)
         else:
             # No length penalty: hypotheses ranked by log P alone (Hugging Face's formula with exponent 0).
             kwargs.update(length_penalty_type=None, length_penalty=0.0)
