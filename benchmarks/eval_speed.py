@@ -29,6 +29,7 @@ from hf_vaswani_training.recipe.arguments import VaswaniTrainingArguments
 from hf_vaswani_training.recipe.metrics import load_translation_metric
 from hf_vaswani_training.recipe.train import make_compute_metrics
 from hf_vaswani_training.recipe.trainer import VaswaniTrainer
+from hf_vaswani_training.serving.decoding import DEFAULT_MAX_TOKENS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +92,9 @@ def main() -> None:
     parser.add_argument("--source_lang", default="de")
     parser.add_argument("--target_lang", default="en")
     parser.add_argument("--max_eval_samples", type=int, default=None, help="Default: the whole validation split.")
-    parser.add_argument("--eval_max_tokens", type=int, nargs="+", default=[6000], help="One or more budgets.")
+    parser.add_argument(
+        "--eval_max_tokens", type=int, nargs="+", default=[DEFAULT_MAX_TOKENS], help="One or more budgets."
+    )
     parser.add_argument("--stock_batch_size", type=int, default=8, help="The stock loop's sentences per batch.")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--skip_stock", action="store_true", help="Time only the translate_ids evaluations.")
@@ -118,7 +121,9 @@ def main() -> None:
 
     paths = {}
     if not args.skip_stock:
-        paths["stock"] = make_trainer(model, tokenizer, eval_set, metric, False, 6000, args.stock_batch_size)
+        paths["stock"] = make_trainer(
+            model, tokenizer, eval_set, metric, False, DEFAULT_MAX_TOKENS, args.stock_batch_size
+        )
     for budget in args.eval_max_tokens:
         paths[f"translate_ids@{budget}"] = make_trainer(model, tokenizer, eval_set, metric, True, budget, 8)
     seconds: dict[str, list[float]] = {name: [] for name in paths}
