@@ -105,3 +105,63 @@ def test_the_watch_follows_the_load_unless_the_user_chose(monkeypatch):
     assert watch.check() == 2 and torch.calls == [1, 2]
     fixed = th.ThreadWatch(th.ThreadChoice(2, 2, "", chosen=True), FakeTorch(), every_seconds=0.0, allowed=2)
     assert fixed.check() is None
+
+
+# ---- the commands use it ---------------------------------------------------------------------------------------------
+
+
+def test_passive_waits_set_unless_the_user_chose():
+    environ = {}
+    th.passive_waits(environ)
+    assert environ == {"OMP_WAIT_POLICY": "PASSIVE"}
+    environ = {"OMP_WAIT_POLICY": "ACTIVE"}
+    th.passive_waits(environ)
+    assert environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_use_threads_applies_the_requested_count_and_says_so(caplog):
+    torch = FakeTorch()
+    caplog.set_level("INFO", logger="hf_vaswani_training.threads")
+    caplog.set_level("INFO", logger="training.threads")
+    choice = th.use_threads(3, torch)
+    assert torch.calls == [3] and choice.chosen
+    if os.cpu_count() != 3:
+        assert "computing on 3 of" in caplog.text and "(--threads)" in caplog.text
+
+
+def test_threads_is_a_training_argument_and_zero_is_refused():
+    from hf_vaswani_training.recipe.options import parse_arguments
+    from hf_vaswani_training.usage import UsageError
+    from tests.conftest import TINY
+
+    _, _, training_args = parse_arguments([*TINY, "--threads", "1"])
+    assert training_args.threads == 1
+    with pytest.raises(UsageError, match="--threads 0: must be 1 or more"):
+        parse_arguments([*TINY, "--threads", "0"])
+
+
+def test_a_training_run_follows_the_thread_choice(tmp_path):
+    """vaswani-train --threads 1 computes on one thread (torch.get_num_threads() seen from inside the step) and,
+    with OMP_WAIT_POLICY unset, the console script sets it to PASSIVE before torch loads."""
+    probe = (
+        "import os, sys, torch\n"
+        "from hf_vaswani_training import cli\n"
+        "from hf_vaswani_training.recipe import trainer\n"
+        "seen = []\n"
+        "step = trainer.VaswaniTrainer.training_step\n"
+        "def spy(self, *a, **k):\n"
+        "    seen.append(torch.get_num_threads())\n"
+        "    return step(self, *a, **k)\n"
+        "trainer.VaswaniTrainer.training_step = spy\n"
+        "cli.train(sys.argv[1:])\n"
+        "print('SEEN', sorted(set(seen)), os.environ.get('OMP_WAIT_POLICY'))\n"
+    )
+    from tests.conftest import REPO_ROOT, TINY_RUN
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    completed = subprocess.run(
+        [sys.executable, "-c", probe, *TINY_RUN, "--threads", "1", "--output_dir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "SEEN [1] PASSIVE" in completed.stdout, completed.stdout[-2000:]

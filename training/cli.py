@@ -23,12 +23,14 @@ import os
 from collections.abc import Sequence
 
 from .recipe.options import preflight_train
+from .threads import passive_waits
 from .usage import run_command
 
 
 def _train(argv: list[str]) -> int:
     request = preflight_train(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    passive_waits()  # before torch loads: OpenMP threads sleep at barriers, not spin on a core another one needs
     from .recipe import train as train_module
 
     train_module.main(request)
@@ -36,12 +38,14 @@ def _train(argv: list[str]) -> int:
 
 
 def _translate(argv: list[str]) -> int:
+    passive_waits()
     from .serving import translate as translate_module
 
     return translate_module.main(argv)
 
 
 def _export(argv: list[str]) -> int:
+    passive_waits()
     from .serving import export as export_module
 
     return export_module.main(argv)
@@ -55,6 +59,7 @@ def _push(argv: list[str]) -> int:
 
 
 def _average(argv: list[str]) -> int:
+    passive_waits()
     from .recipe import average_checkpoints
 
     average_checkpoints.main(argv)
@@ -68,6 +73,7 @@ def _prepare_wmt(argv: list[str]) -> int:
 
 
 def _explore(argv: list[str]) -> int:
+    passive_waits()
     from .serving import explore
 
     return explore.main(argv)

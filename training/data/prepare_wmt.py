@@ -35,6 +35,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..console import setup_logging
 from ..staging import staged_folder
 from ..usage import ArgumentParser, error_line
 from .textfiles import CONTROL_CHARACTERS, ParallelDataError, iter_lines, pair_half, read_text_pair
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset_config_name", help="Its configuration, e.g. de-en.")
     parser.add_argument("--overwrite", action="store_true", help="Replace an existing --out folder.")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    setup_logging()  # training/console.py: the commands' one log format
     try:
         counts = prepare(
             args.out, args.source_lang, args.target_lang, args.train, args.validation, args.test,

@@ -15,6 +15,7 @@ from transformers.training_args import SchedulerType
 
 from hf_vaswani import PAPER_DECODING
 
+from ..console import show_progress_bar
 from ..usage import UsageError
 
 
@@ -152,6 +153,14 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             "sacreBLEU's notes on the toy corpus); by default the console shows the run's progress and results."
         },
     )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads torch computes with. Default: the CPUs free to this run (its affinity and cgroup "
+            "quota, less the cores other programs keep busy; training/threads.py), looked at again while it runs; "
+            "OMP_NUM_THREADS is taken when set."
+        },
+    )
     eval_max_tokens: int = field(
         default=6000,
         metadata={
@@ -169,6 +178,8 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         if self.use_cpu or not torch.accelerator.is_available():
             self.dataloader_pin_memory = False
         self._resolve_accelerator_defaults()
+        if self.disable_tqdm is None:  # a progress bar on a terminal; in a file, recipe/console.py's plain lines
+            self.disable_tqdm = not show_progress_bar()
         if self.report_to == "auto":
             try:
                 import tensorboard  # noqa: F401
@@ -194,6 +205,8 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
                 f"--max_length_offset {self.max_length_offset}: must be 0 or more (outputs may be this many tokens "
                 "longer than their source; the paper's 50)"
             )
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads {self.threads}: must be 1 or more (default: the CPUs free to the run)")
         if self.eval_max_tokens < 1:
             raise UsageError(f"--eval_max_tokens {self.eval_max_tokens}: must be 1 or more")
         if (

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch and safetensors load when there is work, after the arguments are checked
     import torch
 
+from ..console import setup_logging
 from ..usage import ArgumentParser, UsageError, positive_int
 from .checkpoints import last_complete_checkpoints, publish, staging_dir_for
 
@@ -211,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.inputs is not None and args.last is not None:
         parser.error("--last only applies to --run-dir")
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()  # training/console.py: the commands' one log format
     try:
         checkpoint_dirs = args.inputs if args.inputs else last_checkpoints(args.run_dir, args.last)
         output_dir = average_checkpoints(checkpoint_dirs, args.output, overwrite=args.overwrite)

@@ -24,7 +24,7 @@ import datasets
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, set_seed
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, PrinterCallback, set_seed
 
 import hf_vaswani
 
@@ -41,6 +41,7 @@ from ..data.corpora import load_parallel_data
 from ..data.tokenizer import TRAINED_WITH_FILE, load_or_train_tokenizer
 from ..serving.decoding import translate_texts
 from ..serving.push import network_problem
+from ..threads import ThreadChoice, ThreadWatch, use_threads
 from ..usage import (
     TOKENIZER_FINGERPRINT_KEY,
     UsageError,
@@ -62,13 +63,13 @@ from .checkpoints import (
     last_complete_checkpoint,
     write_upload_ignore,
 )
-from .console import configure_logging, print_summary
+from .console import ProgressLines, RunBanner, configure_logging, print_summary
 from .launch import check_launch
 from .model_card import write_model_card
 from .options import TrainRequest, as_request, parse_arguments
 from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
 from .schedule import peak_learning_rate
-from .trainer import TimeBudgetCallback, TrainingClock, VaswaniTrainer
+from .trainer import ThreadWatchCallback, TimeBudgetCallback, TrainingClock, VaswaniTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -464,15 +465,23 @@ def make_model(model_args: ModelArguments, data_args: DataArguments, training_ar
 
 
 def train_model(
-    model, data: PreparedData, training_args: VaswaniTrainingArguments, metric, resume: str | None
+    model,
+    data: PreparedData,
+    training_args: VaswaniTrainingArguments,
+    metric,
+    resume: str | None,
+    threads: ThreadChoice | None = None,
 ) -> tuple[VaswaniTrainer, RunResults]:
-    """Train (or resume), make sure the last step is a checkpoint, and return the trainer and the figures."""
+    """Train (or resume), make sure the last step is a checkpoint, and return the trainer and the figures.
+    `threads`: the CPU threads chosen at the start (threads.py), followed while the run goes on."""
     budget = TimeBudgetCallback(training_args.max_train_minutes) if training_args.max_train_minutes else None
     # Read before training, as rotation may delete the checkpoint; one that is incomplete, trainer.train refuses.
     readable = resume is not None and checkpoint_problem(resume) is None
     clock = TrainingClock.from_checkpoint(resume if readable else None)  # the minutes of the segments before
     resumed_at = checkpoint_step(resume) if readable else None
-    callbacks = [clock, *([budget] if budget else [])]
+    callbacks = [clock, *([budget] if budget else []), RunBanner(threads.threads if threads else None)]
+    if threads is not None:  # the count follows other programs' load while the run goes on
+        callbacks.append(ThreadWatchCallback(ThreadWatch(threads, torch)))
     with hub_errors_as_usage(training_args):  # --push_to_hub: the Trainer creates the Hub repository here
         trainer = make_trainer(model, data, training_args, metric, callbacks)
     train_result = trainer.train(resume_from_checkpoint=resume)
@@ -500,7 +509,7 @@ def train_model(
 def make_trainer(model, data: PreparedData, training_args, metric, callbacks) -> VaswaniTrainer:
     """The recipe's VaswaniTrainer for `model` on the prepared data."""
     tokenizer = data.tokenizer
-    return VaswaniTrainer(
+    trainer = VaswaniTrainer(
         model=model,
         args=training_args,
         train_dataset=data.tokenized["train"],
@@ -517,6 +526,10 @@ def make_trainer(model, data: PreparedData, training_args, metric, callbacks) ->
         max_tokens=training_args.max_tokens,
         batch_shapes=data.batch_shapes,
     )
+    if training_args.disable_tqdm:  # no bar (a log file): plain progress lines instead of the stock printed dicts
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(ProgressLines())
+    return trainer
 
 
 @contextlib.contextmanager
@@ -622,10 +635,12 @@ def main(argv: list[str] | TrainRequest | None = None) -> dict:
     configure_logging(
         training_args, toy_corpus=not (data_args.dataset_name or data_args.data_dir or data_args.train_file)
     )
+    # One process: as many threads as CPUs are free (threads.py); launched processes keep what the launcher set.
+    threads = use_threads(training_args.threads, torch) if training_args.world_size == 1 else None
     # One run writes a folder at a time (the main process holds the lock; the others write through it).
     with OutputDirLock(training_args.output_dir) if training_args.process_index == 0 else contextlib.nullcontext():
         try:
-            return run_recipe(model_args, data_args, training_args)
+            return run_recipe(model_args, data_args, training_args, threads)
         except (OSError, RuntimeError) as error:  # RuntimeError: torch's zip writer on a full disk
             where = getattr(error, "filename", None) or training_args.output_dir
             usage_error = staging.storage_error(error, where)
@@ -637,7 +652,12 @@ def main(argv: list[str] | TrainRequest | None = None) -> dict:
             ) from error
 
 
-def run_recipe(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
+def run_recipe(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: VaswaniTrainingArguments,
+    threads: ThreadChoice | None = None,
+) -> dict:
     """`main` once the arguments are checked and the output folder is locked."""
     started = time.monotonic()
     set_seed(training_args.seed)
@@ -652,7 +672,7 @@ def run_recipe(model_args: ModelArguments, data_args: DataArguments, training_ar
     metric = load_translation_metric()
     if training_args.process_index == 0:  # only now: a run refused over its data leaves no file behind
         write_upload_ignore(output_dir)
-    trainer, results = train_model(model, data, training_args, metric, resume)
+    trainer, results = train_model(model, data, training_args, metric, resume, threads)
     if training_args.process_index != 0:
         return results.to_dict()
 

@@ -47,6 +47,7 @@ from ..data.batching import BucketPadding, TokenBatchSampler, batch_shapes_for
 from ..data.cache import sequence_lengths
 from ..serving.decoding import DEFAULT_MAX_TOKENS, translate_ids
 from ..staging import storage_error
+from ..threads import ThreadWatch
 from ..usage import UsageError
 from .checkpoints import (
     checkpoint_name,
@@ -89,6 +90,17 @@ class TimeBudgetCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class ThreadWatchCallback(TrainerCallback):
+    """Looks at the CPUs free to the run at the end of a step (threads.ThreadWatch: every 20 s at most) and moves
+    torch's thread count when another program starts or stops keeping a core busy."""
+
+    def __init__(self, watch: ThreadWatch):
+        self.watch = watch
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.watch.check()
 
 
 class TrainingClock(TrainerCallback, ExportableState):

@@ -138,6 +138,8 @@ def translate_ids(
     import torch
     from tqdm.auto import tqdm
 
+    from ..console import show_progress_bar
+
     rank, world_size = shard
     num_return_sequences = generate_kwargs.get("num_return_sequences") or 1
     outputs: list = [None] * len(input_ids)
@@ -156,7 +158,8 @@ def translate_ids(
             sources.append(index)
     batches = length_sorted_batches([lengths[i] for i in sources], max_tokens, max_sentences)[rank::world_size]
     batches = [[sources[position] for position in batch] for batch in batches]
-    for batch in tqdm(batches, desc="Translating", disable=not progress, unit="batch"):
+    # A bar on a terminal only: in a log file its carriage-return updates make one long line.
+    for batch in tqdm(batches, desc="Translating", disable=not (progress and show_progress_bar()), unit="batch"):
         features = [{"input_ids": list(input_ids[i]), "attention_mask": [1] * lengths[i]} for i in batch]
         inputs = tokenizer.pad(features, return_tensors="pt").to(device)
         with torch.no_grad():

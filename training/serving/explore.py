@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..console import setup_logging
+from ..threads import use_threads
 from ..usage import ArgumentParser, UsageError
 from .explore_models import (
     SHELF,
@@ -596,7 +598,19 @@ def build_parser() -> ArgumentParser:
         help="folders (with the folders inside them), Hub ids or fnmatch patterns of them (your-name/*) that visitors "
         "may load from the page; default: anything on a loopback address without --share, nothing otherwise",
     )  # fmt: skip
+    parser.add_argument(
+        "--threads", type=positive_int, default=None,
+        help="CPU threads (default: the CPUs free to this command, training/threads.py; OMP_NUM_THREADS when set)",
+    )  # fmt: skip
     return parser
+
+
+def positive_int(value: str) -> int:
+    import argparse
+
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of 1 or more")
+    return int(value)
 
 
 def port_number(value: str) -> int:
@@ -653,7 +667,10 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(problem)
     check_port(args.host, args.port)
     _require_gradio()
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=sys.stderr)
+    setup_logging()  # training/console.py: the commands' one log format
+    import torch
+
+    use_threads(args.threads, torch)
     policy = load_policy(args.host, args.share, args.allow_load)
     load_explorer(args.model, pin=True)  # fail here, in one line, rather than in the page
     app = build_app(args.model, allow_load=policy, name=args.name)

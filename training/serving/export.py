@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import staging
+from ..console import setup_logging
+from ..threads import use_threads
 from ..usage import (
     ArgumentParser,
     UsageError,
@@ -465,6 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max_new_tokens", type=positive_int, default=32, help="decoding limit for --check")
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model folder's own code to run")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads for torch (default: the CPUs free to this command, training/threads.py; OMP_NUM_THREADS "
+        "when set)",
+    )
     return parser
 
 
@@ -513,8 +521,10 @@ def main(argv: list[str] | None = None) -> int:
     different tokens. A user error raises UsageError (vaswani-export prints it as one line, exit status 2)."""
     args = build_parser().parse_args(argv)
     check_arguments(args)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    logger.setLevel(logging.INFO)
+    setup_logging()  # training/console.py: the commands' one log format
+    import torch
+
+    use_threads(args.threads, torch)
     # torch.onnx warns, for every graph, about torchvision operators it cannot register; they are not used here.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     if args.format == "ctranslate2":

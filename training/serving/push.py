@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..console import setup_logging
 from ..usage import (
     WEIGHT_FILES,
     ArgumentParser,
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> PushResult | None:
     """Validate and upload as the command line says. A user error raises UsageError (a ModelFolderError for the
     folder); vaswani-push prints it as one line and exits with status 2."""
     args = parse_arguments(argv)
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    setup_logging(level=logging.WARNING)  # training/console.py: the commands' one log format
     files = validate_model_folder(args.model_dir)
     if args.dry_run:
         print(f"{args.model_dir} is a valid model folder; would upload {len(files)} files to {args.repo_id}:")

@@ -42,7 +42,9 @@ import types
 from pathlib import Path
 
 from .. import staging
+from ..console import quiet_libraries, setup_logging
 from ..data import textfiles
+from ..threads import choose_threads, use_threads
 from ..usage import (
     ArgumentParser,
     UsageError,
@@ -140,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hardware.add_argument(
         "--trust_remote_code", action="store_true", help="allow the model folder's/Hub repository's own code to run"
+    )
+    hardware.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads (default: the CPUs free to this command, training/threads.py; OMP_NUM_THREADS when set)",
     )
 
     plot = parser.add_argument_group("attention plot")
@@ -322,8 +329,15 @@ def _main_ctranslate2(args: argparse.Namespace, sentences: list[str]) -> int:
     if device == "auto":
         device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     compute_type = "default" if args.dtype == "auto" else args.dtype
+    threads = choose_threads(args.threads)  # CTranslate2's OpenMP threads, counted as torch's are
+    if threads.line():
+        logger.info(threads.line())
     translator = CTranslate2Translator(
-        args.model, device=device, compute_type=compute_type, trust_remote_code=args.trust_remote_code
+        args.model,
+        device=device,
+        compute_type=compute_type,
+        intra_threads=threads.threads,
+        trust_remote_code=args.trust_remote_code,
     )
     defaults = types.SimpleNamespace(num_beams=translator.generation_defaults["num_beams"])
     kwargs = generation_kwargs(args, defaults)
@@ -347,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     line and exits with status 2)."""
     args = parse_arguments(argv)
     check_files(args)
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=sys.stderr)
+    setup_logging()  # training/console.py: the commands' one log format, on stderr (stdout is the translations)
     try:
         sentences, from_stream = read_sentences(args)
     except UsageError:
@@ -359,11 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "ctranslate2":
         return _main_ctranslate2(args, sentences)
 
+    import torch
     import transformers
 
     from .decoding import translate_texts
 
-    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar; the translation bar stays
+    quiet_libraries()  # imported only now: no "Loading weights" bar, no INFO lines; the translation bar stays
+    use_threads(args.threads, torch)
     model, tokenizer = load_model_and_tokenizer(args)
     try:
         kwargs = generation_kwargs(args, model.generation_config)
