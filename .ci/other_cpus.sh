@@ -5,8 +5,9 @@
 # user's machine (issue 21).
 #   ATEN_CPU_CAPABILITY=default / avx2   PyTorch's kernels for CPUs without AVX2 / without AVX-512
 #   CT2_FORCE_CPU_ISA=GENERIC / AVX2     CTranslate2's own kernels (softmax, layer norm, quantization)
-#   ONEDNN_MAX_CPU_ISA=AVX2              CTranslate2's int8 matrix products as on a CPU without VNNI (AMD EPYC before
-#                                        Zen 4): CT2_FORCE_CPU_ISA does not reach oneDNN, this variable does
+#   ONEDNN_MAX_CPU_ISA=AVX2 CT2_USE_MKL=0 CTranslate2's int8 matrix products as on a CPU without VNNI (AMD EPYC before
+#                                        Zen 4): CT2_FORCE_CPU_ISA does not reach oneDNN, this variable does; on an
+#                                        Intel CPU CTranslate2 takes MKL's int8 GEMM unless CT2_USE_MKL=0
 #   HF_VASWANI_TEST_THREADS=3            3 intra-op threads for torch and CTranslate2 (reductions split otherwise)
 #   ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2
 #                                        a CPU without native bf16 (AMD EPYC before Zen 4, Intel before Cooper Lake):
@@ -43,7 +44,7 @@ run() {  # run NAME ENV... -- PYTEST ARGS...
 run "PyTorch ATEN_CPU_CAPABILITY=default" ATEN_CPU_CAPABILITY=default -- "${TORCH_TESTS[@]}"
 run "PyTorch ATEN_CPU_CAPABILITY=avx2" ATEN_CPU_CAPABILITY=avx2 -- "${TORCH_TESTS[@]}" -m "numeric and not slow"
 run "CTranslate2 CT2_FORCE_CPU_ISA=GENERIC" CT2_FORCE_CPU_ISA=GENERIC -- "${CT2_TESTS[@]}"
-run "CTranslate2 CT2_FORCE_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2" CT2_FORCE_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+run "CTranslate2 CT2_FORCE_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_USE_MKL=0" CT2_FORCE_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_USE_MKL=0 \
     -- "${CT2_TESTS[@]}"
 # No native bf16: check that the switch takes (oneDNN reports no bf16), then every test that touches bf16.
 NO_BF16=(ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2)

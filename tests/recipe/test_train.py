@@ -199,7 +199,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     # The Trainer's summary counts tokens under token batches, and it must see both processes.
-    summary = f"Tokens per update <= {max_tokens * 2:,} per side (--max_tokens {max_tokens:,} x gradient accumulation 1"
+    summary = f"updates of <= {max_tokens * 2:,} tokens a side: --max_tokens {max_tokens:,} x gradient accumulation 1"
     assert f"{summary} x 2 processes)" in completed.stdout
     state = json.loads((two / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
     one_state = json.loads((one / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())

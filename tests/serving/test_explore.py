@@ -352,12 +352,15 @@ def test_memory_stays_flat_under_many_concurrent_visitors(model_dir, monkeypatch
     print(f"explorer RSS: warm {warm:.1f} MB, then every 80 requests {series} MB")
     assert not errors, errors[:3]
     assert sessions <= 16  # old sessions (and their attention arrays) leave: MAX_SESSIONS
-    # Margin: what may honestly grow after the warm-up is the allocator's per-thread arenas (glibc keeps up to 8 per
-    # core; a few MB each for requests of a tiny model), Python's free lists and the sessions up to MAX_SESSIONS;
-    # 30 MB bounds those. Measured (2-core busy machine, 2026-11-27): warm 628.0 MB, then every 80 requests 637.6,
-    # 645.0, 651.6, 653.9, 654.2 MB: +26 MB over 400 requests, +0.3 MB over the last 80 (it levels off). A leak of
-    # the per-visitor data the issue measured (about 0.3 MB a request with a real model) would pass it by 400.
-    assert after <= warm + 30, (warm, after)
+    # What may honestly grow after the warm-up is bounded state that fills up (the allocator's per-thread arenas,
+    # Python's free lists, the server's bounded queues and the sessions up to MAX_SESSIONS), so the series must level
+    # off. Measured (2-core machine, 2026-11-27, alone in its process): warm 625.2 MB, then every 80 requests 631.9,
+    # 639.5, 646.5, 654.0, 654.3 MB; inside the whole suite the process starts near 950 MB and grew 33.5 MB. Capping
+    # glibc's arenas (mallopt M_ARENA_MAX 2) did not change that series, so it is not the arenas alone. A leak of the
+    # per-visitor data the issue measured (about 0.3 MB a request with a real model) adds ~24 MB over the last 80
+    # requests and fails the second bound; the first bounds the whole climb.
+    assert after <= warm + 45, (warm, series)
+    assert after - series[-2] <= 6, (warm, series)  # the last 80 requests: 0.3 MB measured, twice
 
 
 def resident_megabytes() -> float:

@@ -68,7 +68,14 @@ class RunBanner(TrainerCallback):
         per_epoch = len(train_dataloader) if train_dataloader is not None else 0
         per_epoch = max(1, per_epoch // max(1, args.gradient_accumulation_steps))
         examples = len(train_dataloader.dataset) if train_dataloader is not None else 0
-        batch = f"batches of <= {args.max_tokens:,} tokens a side" if args.max_tokens else "fixed batches"
+        if args.max_tokens:
+            per_update = args.max_tokens * args.gradient_accumulation_steps * args.world_size
+            batch = (
+                f"updates of <= {per_update:,} tokens a side: --max_tokens {args.max_tokens:,} x gradient "
+                f"accumulation {args.gradient_accumulation_steps} x {args.world_size} processes"
+            )
+        else:
+            batch = "fixed batches"
         where = f"{self.threads} CPU threads" if self.threads else str(args.device)
         logger.info(
             "training %s steps from step %d (%.2f epochs of %s examples, %s steps an epoch, %s) on %s",

@@ -471,7 +471,7 @@ def _option_number(options: dict[str, str], name: str, kind: type, where: Callab
 
 
 def check_preset(preset: str | None) -> None:
-    """--preset names a shipped preset (hf_vaswani/presets/NAME.json) or a config JSON file holding a JSON object:
+    """--preset names a shipped preset (a NAME.json in hf_vaswani/presets/) or a config JSON file holding a JSON object:
     checked as JSON here, before torch, as recipe/train.py's load_preset would check it after."""
     import importlib.util
 
@@ -513,6 +513,11 @@ def check_data_files(options: dict[str, str]) -> None:
         path = Path(value)
         if data_dir and not path.is_absolute():
             path = Path(data_dir) / path
+        if path.is_dir():  # as training/data/corpora.py words it after torch
+            raise UsageError(
+                f"--{name} {value}: is a folder, give a file (.jsonl, .tsv or the prefix of a text pair; a folder of "
+                "train/valid/test files is --data_dir)"
+            )
         if Path(path.name.removesuffix(".gz")).suffix.lower() in (".jsonl", ".json", ".tsv"):
             if not path.is_file():
                 raise UsageError(f"--{name} {value}: data file {str(path)!r} does not exist")
