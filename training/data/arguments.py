@@ -6,6 +6,8 @@ options (the other two, the model's and the Trainer's, are in recipe/arguments.p
 
 from dataclasses import dataclass, field
 
+from .toy_corpus import NUM_TEST, NUM_TRAIN, NUM_VALIDATION
+
 
 @dataclass
 class DataArguments:
@@ -32,9 +34,9 @@ class DataArguments:
     train_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
     validation_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
     test_file: str | None = field(default=None, metadata={"help": ".jsonl, .tsv or a text-pair prefix."})
-    toy_num_train: int = field(default=40000, metadata={"help": "Embedded corpus: training pairs."})
-    toy_num_validation: int = field(default=1000, metadata={"help": "Embedded corpus: validation pairs."})
-    toy_num_test: int = field(default=1000, metadata={"help": "Embedded corpus: test pairs."})
+    toy_num_train: int = field(default=NUM_TRAIN, metadata={"help": "Embedded corpus: training pairs."})
+    toy_num_validation: int = field(default=NUM_VALIDATION, metadata={"help": "Embedded corpus: validation pairs."})
+    toy_num_test: int = field(default=NUM_TEST, metadata={"help": "Embedded corpus: test pairs."})
     max_source_length: int = field(default=256, metadata={"help": "Longest source in tokens (EOS included)."})
     max_target_length: int = field(default=256, metadata={"help": "Longest target in tokens (EOS included)."})
     long_sentences: str = field(

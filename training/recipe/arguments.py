@@ -16,6 +16,7 @@ from transformers.training_args import SchedulerType
 from hf_vaswani import PAPER_DECODING
 
 from ..console import show_progress_bar
+from ..serving.decoding import DEFAULT_MAX_TOKENS
 from ..usage import UsageError
 
 
@@ -162,7 +163,7 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         },
     )
     eval_max_tokens: int = field(
-        default=6000,
+        default=DEFAULT_MAX_TOKENS,
         metadata={
             "help": "Padded source tokens per length-sorted batch when translating: evaluation during training and "
             "the final evaluation (beam search multiplies the work by the beam size)."
