@@ -10,13 +10,14 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from .machine import cpu_name, synchronize  # noqa: F401  (re-exported for the scripts)
 
 logger = logging.getLogger("speed_vs_marian")
 
@@ -109,16 +110,6 @@ def loadavg() -> list[float] | None:
         return None
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def warn_if_crowded() -> None:
     """More threads than the free cores make OpenMP threads wait on each other: the ratios then mostly measure that."""
     load = loadavg()
@@ -133,11 +124,6 @@ def warn_if_crowded() -> None:
 
 
 # ---- timing ---------------------------------------------------------------------------------------------------------
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type != "cpu":
-        torch.accelerator.synchronize(device)
 
 
 def median(values):

@@ -38,8 +38,9 @@ _ONEDNN_NO_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_C
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for the device's queued work (nothing to wait for on the CPU)."""
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
 
 
 def cpu_name() -> str:

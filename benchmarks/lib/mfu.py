@@ -6,11 +6,7 @@ same run with the same threads (a square `torch.mm`).
 
 from __future__ import annotations
 
-import time
-
-import torch
-
-from .harness import synchronize
+from .machine import measured_matmul_peak
 
 
 def training_flops(config, batch) -> float:
@@ -79,23 +75,5 @@ class GenerationFlopCounter:
 
 
 def matmul_peak(args, seconds: float = 1.0) -> float:
-    """Achievable matmul FLOP/s in the benchmark's dtype: best of a few timed loops of a square torch.mm."""
-    n = 2048 if args.device.type == "cpu" else 8192
-    dtype = args.torch_dtype
-    a = torch.randn(n, n, device=args.device, dtype=dtype)
-    b = torch.randn(n, n, device=args.device, dtype=dtype)
-    torch.mm(a, b)
-    synchronize(args.device)
-    best = 0.0
-    for _ in range(3):
-        calls, started = 0, time.perf_counter()
-        while True:
-            torch.mm(a, b)
-            calls += 1
-            if calls % 4 == 0 or args.device.type == "cpu":
-                synchronize(args.device)
-                elapsed = time.perf_counter() - started
-                if elapsed >= seconds / 3:
-                    break
-        best = max(best, 2 * n**3 * calls / elapsed)
-    return best
+    """Achievable matmul FLOP/s in the benchmark's dtype (lib/machine.py measures it)."""
+    return measured_matmul_peak(args.device, args.torch_dtype, seconds)
