@@ -169,7 +169,7 @@ def test_the_checkpoint_fork_was_read_against_the_installed_trainer():
     digest = hashlib.sha256(source.encode()).hexdigest()
     assert digest in _STOCK_SAVE_CHECKPOINT_READ, (
         f"transformers {transformers.__version__} changed Trainer._save_checkpoint (sha256 {digest}): re-read it "
-        "against VaswaniTrainer._save_checkpoint in training/trainer.py, then add the hash to this test"
+        "against VaswaniTrainer._save_checkpoint in training/recipe/trainer.py, then add the hash to this test"
     )
 
 

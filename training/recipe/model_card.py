@@ -127,7 +127,7 @@ def render_model_card(run: RunRecord, model_name: str = "hf-vaswani") -> str:
     elif data.data_dir or data.train_file:
         data_description = f"local files ({data.data_dir or data.train_file})"
     else:
-        data_description = "the embedded toy corpus of hf-vaswani (`training/toy_corpus.py`), generated in code"
+        data_description = "the embedded toy corpus of hf-vaswani (`training/data/toy_corpus.py`), generated in code"
     sizes = ", ".join(f"{split} {stats.num_pairs:,}" for split, stats in run.data_stats.items())
     scores_rows = []
     for split in ("validation", "test"):

@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("torch", "ctranslate2"),
         default="torch",
         help="ctranslate2: MODEL_DIR written by `vaswani-export --format ctranslate2` (a training folder is converted "
-        "first); the decoding options map onto CTranslate2's (training/ctranslate2_export.py)",
+        "first); the decoding options map onto CTranslate2's (training/serving/ctranslate2_export.py)",
     )
     hardware.add_argument(
         "--trust_remote_code", action="store_true", help="allow the model folder's/Hub repository's own code to run"
