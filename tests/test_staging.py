@@ -3,6 +3,7 @@ the first complete folder; a full disk is one line naming the destination."""
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,41 @@ def test_a_full_disk_is_one_line_naming_the_destination_and_leaves_nothing(tmp_p
     assert "\n" not in message and message.startswith(f"cannot write {destination}: {os.strerror(code)}")
     assert isinstance(caught.value.__cause__, OSError)
     assert not destination.exists() and leftovers(destination.parent) == []
+
+
+@pytest.mark.parametrize("how", ["staged_folder", "staged_files", "staged_file"])
+def test_a_full_disk_says_the_free_space_against_what_had_been_written(tmp_path, monkeypatch, how):
+    """The one line gives the free space of the destination's file system and the bytes staged when it filled."""
+    destination = tmp_path / "export"
+    asked = []
+
+    def disk_usage(path):
+        asked.append(Path(path))
+        return shutil._ntuple_diskusage(total=10**9, used=10**9 - 1_500_000, free=1_500_000)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+    writer = {
+        "staged_folder": lambda: staged_folder(destination),
+        "staged_files": lambda: staged_files(destination, seal="config.json"),
+        "staged_file": lambda: staging.staged_file(destination),
+    }[how]
+    with pytest.raises(UsageError) as caught, writer() as written:
+        target = written if how == "staged_file" else written / "encoder.onnx"
+        target.write_bytes(b"\0" * 3_000_000)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"cannot write {destination}: No space left on device")
+    assert "1.5 MB free, more than 3.0 MB needed" in message, message
+    assert asked and all(tmp_path in (path, *path.parents) for path in asked)  # the destination's file system
+    assert leftovers(tmp_path) == [] and (not destination.is_dir() or leftovers(destination) == [])
+
+
+def test_a_full_disk_says_the_bytes_a_writer_said_it_needed(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 250_000))
+    error = storage_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "out", 7_000_000)
+    assert "0.2 MB free, 7.0 MB needed" in str(error)
+    error = storage_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "out")
+    assert "(the disk is full: 0.2 MB free; nothing of it was kept)" in str(error)
 
 
 def test_other_os_errors_are_not_turned_into_usage_errors(tmp_path):

@@ -7,8 +7,9 @@ into place only when complete, so that a reader finds the whole folder or none o
 
 The writers: the tokenised-data cache (training/data/cache.py), the text cache of local corpora
 (training/data/corpora.py), the tokenizer cache and a trained tokenizer (training/data/tokenizer.py),
-vaswani-prepare-wmt (training/data/prepare_wmt.py) and checkpoints (training/recipe/checkpoints.py, which adds the
-fsyncs a checkpoint needs).
+vaswani-prepare-wmt (training/data/prepare_wmt.py), vaswani-export (training/serving/export.py,
+training/serving/ctranslate2_export.py) and checkpoints (training/recipe/checkpoints.py, which adds the fsyncs a
+checkpoint needs).
 
 - `staged_folder`: a fresh staging folder, renamed into place on success, removed on any error or interrupt.
 - `publish`: the rename, for a staging folder written elsewhere (several ranks write one checkpoint's files).
@@ -18,7 +19,7 @@ fsyncs a checkpoint needs).
 - `staged_file`: one file written under a hidden name and renamed into place (vaswani-translate --output).
 - Disk full, quota exceeded, read-only or not writable (`FULL_OR_READ_ONLY`, or a writer's own words for a full disk:
   torch's zip writer, safetensors): the staging folder is removed and the error is one `UsageError` naming the
-  destination (`storage_error`).
+  destination and, for a full disk, the free space against what the write needed (`storage_error`).
 - Published files get the user's mode (`apply_user_mode`: 0o666 less the umask), not the 0600 of safetensors' writer.
 
 Names starting with `.tmp-` (`STAGING_PREFIX`) are never read as results: every reader looks for the final name, and
@@ -58,7 +59,13 @@ def staging_name(destination: PathLike, role: str = "") -> Path:
     return destination.parent / f"{STAGING_PREFIX}{role}{destination.name}"
 
 
-def storage_error(error: BaseException, destination: PathLike, needed_bytes: int | None = None) -> UsageError | None:
+def storage_error(
+    error: BaseException,
+    destination: PathLike,
+    needed_bytes: int | None = None,
+    *,
+    written_bytes: int | None = None,
+) -> UsageError | None:
     """The one-line UsageError for a write that failed through the place's fault, naming `destination`; None for any
     other error (a bug, shown with its traceback).
 
@@ -66,7 +73,9 @@ def storage_error(error: BaseException, destination: PathLike, needed_bytes: int
     (`disk_full_in_words`): torch's zip writer (torch.save: optimizer.pt, scheduler.pt) raises a RuntimeError
     "unexpected pos N vs M" for a short write, counted as a full disk only when the disk is nearly full
     (`disk_is_nearly_full`), so that a real bug is not misnamed; safetensors' SafetensorError names os error 28.
-    `needed_bytes`, when known, is said beside the free space."""
+    A full disk is said with the free space on `destination`'s file system (`shutil.disk_usage`) against what the
+    write needed: `needed_bytes` when the writer knows it, else more than `written_bytes`, what had been written (or
+    staged) when the disk filled; each left out when unknown."""
     if isinstance(error, OSError) and error.errno in FULL_OR_READ_ONLY:
         reason = error.strerror or os.strerror(error.errno)
         full = error.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -76,8 +85,8 @@ def storage_error(error: BaseException, destination: PathLike, needed_bytes: int
         return None
     if full:
         return UsageError(
-            f"cannot write {destination}: {reason} (the disk is full: {_space(destination, needed_bytes)}; nothing "
-            "of it was kept); free some space, or write somewhere else"
+            f"cannot write {destination}: {reason} (the disk is full: {_space(destination, needed_bytes, written_bytes)}"
+            "; nothing of it was kept); free some space, or write somewhere else"
         )
     return UsageError(
         f"cannot write {destination}: {reason} (nothing of it was kept); make {Path(destination).parent} writable, "
@@ -118,10 +127,33 @@ def free_bytes(destination: PathLike) -> int | None:
         return None
 
 
-def _space(destination: PathLike, needed_bytes: int | None) -> str:
+def _space(destination: PathLike, needed_bytes: int | None, written_bytes: int | None = None) -> str:
     free = free_bytes(destination)
     words = f"{_megabytes(free)} free" if free is not None else "free space unknown"
-    return f"{words}, {_megabytes(needed_bytes)} needed" if needed_bytes else words
+    if needed_bytes:
+        return f"{words}, {_megabytes(needed_bytes)} needed"
+    if written_bytes:
+        return f"{words}, more than {_megabytes(written_bytes)} needed ({_megabytes(written_bytes)} written when it filled)"
+    return words
+
+
+def bytes_under(path: PathLike | None) -> int | None:
+    """Bytes in the files at `path` (a file, or a folder and everything under it): what a write had put there when it
+    failed; None when there is nothing to count."""
+    if path is None:
+        return None
+    path = Path(path)
+    try:
+        if not path.is_dir():
+            return path.lstat().st_size
+        total = 0
+        for root, _, names in os.walk(path):
+            for name in names:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(root, name)).st_size
+        return total
+    except OSError:
+        return None
 
 
 def _megabytes(count: int) -> str:
@@ -167,7 +199,11 @@ def staged_folder(
         publish(staging, destination, is_complete=is_complete, replace=replace, durable=durable)
     except BaseException as error:
         # Judged before the staging folder goes: a short write is a full disk only while the disk is still full.
-        usage_error = storage_error(error, destination) if isinstance(error, Exception) else None
+        usage_error = (
+            storage_error(error, destination, written_bytes=bytes_under(staging))
+            if isinstance(error, Exception)
+            else None
+        )
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
         if usage_error is not None:
@@ -253,7 +289,9 @@ def staged_files(folder: PathLike, seal: str) -> Iterator[Path]:
         for name in sorted(os.listdir(staging), key=lambda name: name == seal):
             os.replace(staging / name, folder / name)
     except BaseException as error:
-        usage_error = storage_error(error, folder) if isinstance(error, Exception) else None
+        usage_error = (
+            storage_error(error, folder, written_bytes=bytes_under(staging)) if isinstance(error, Exception) else None
+        )
         if usage_error is not None:
             raise usage_error from error
         raise
@@ -278,7 +316,11 @@ def staged_file(destination: PathLike) -> Iterator[Path]:
         os.replace(staging, destination)
         staging = None
     except BaseException as error:
-        usage_error = storage_error(error, destination) if isinstance(error, Exception) else None
+        usage_error = (
+            storage_error(error, destination, written_bytes=bytes_under(staging))
+            if isinstance(error, Exception)
+            else None
+        )
         if usage_error is not None:
             raise usage_error from error
         raise
