@@ -8,9 +8,13 @@ with EOS at different lengths (an untrained model repeats one token, and beam se
 
 import contextlib
 import copy
+import errno
 import io
 import math
+import os
+import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -326,6 +330,42 @@ def test_refuses_to_replace_other_files(trained, tmp_path):
         convert_to_ctranslate2(trained[0], tmp_path / "new", quantization="int3")
 
 
+@pytest.mark.parametrize("failure", ["conversion", "full disk"])
+def test_a_failed_conversion_leaves_nothing_half_written(trained, converted, tmp_path, monkeypatch, failure):
+    """Written staged: a failure mid-way (after part of model.bin is written) leaves no OUT_DIR where there was none,
+    an earlier conversion as it was, and no staging folder beside them."""
+    from ctranslate2.specs import model_spec
+
+    def save(self, output_dir):
+        (Path(output_dir) / "model.bin").write_bytes(b"\0" * 1000)  # half a model
+        if failure == "full disk":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(output_dir) / "model.bin"))
+        raise RuntimeError("conversion failed half-way")
+
+    earlier = tmp_path / "earlier"
+    shutil.copytree(converted, earlier)
+    before = {path.name: path.read_bytes() for path in earlier.iterdir()}
+    monkeypatch.setattr(model_spec.ModelSpec, "save", save)
+    expected = (usage.UsageError, "No space left on device") if failure == "full disk" else (RuntimeError, "half-way")
+    for out_dir in (tmp_path / "new", earlier):
+        with pytest.raises(expected[0], match=expected[1]) as caught:
+            convert_to_ctranslate2(trained[0], out_dir)
+        if failure == "full disk":
+            assert str(caught.value).startswith(f"cannot write {out_dir}: ") and "\n" not in str(caught.value)
+    assert not (tmp_path / "new").exists()
+    assert {path.name: path.read_bytes() for path in earlier.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["earlier"]  # no .tmp-* folder beside them
+
+
+def test_a_conversion_replaces_an_earlier_one_whole(trained, converted, tmp_path):
+    out_dir = tmp_path / "ct2"
+    shutil.copytree(converted, out_dir)
+    (out_dir / "model.bin").write_bytes(b"stale")
+    convert_to_ctranslate2(trained[0], out_dir)
+    assert (out_dir / "model.bin").read_bytes() == (converted / "model.bin").read_bytes()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2"]
+
+
 # ---- command line ---------------------------------------------------------------------------------------------------
 
 
@@ -337,12 +377,19 @@ def run(command, argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.mark.numeric
-def test_export_command_converts_and_checks(trained, tmp_path):
+def test_export_command_converts_and_checks(trained, tmp_path, monkeypatch):
     out_dir = tmp_path / "exported"
-    code, stdout, stderr = run(
-        cli.export, [str(trained[0]), str(out_dir), "--format", "ctranslate2", "--check", "--max_new_tokens", "12"]
-    )
+    real_translator, threads = ctranslate2.Translator, []
+
+    def translator(*args, **kwargs):  # the real translator; its thread count noted
+        threads.append(kwargs.get("intra_threads", 0))
+        return real_translator(*args, **kwargs)
+
+    monkeypatch.setattr(ctranslate2, "Translator", translator)
+    argv = [str(trained[0]), str(out_dir), "--format", "ctranslate2", "--check", "--max_new_tokens", "12"]
+    code, stdout, stderr = run(cli.export, [*argv, "--threads", "1"])
     assert code == 0, stderr
+    assert threads == [1]  # the command's count, not CTranslate2's default of every core (0)
     report = [line for line in stdout.splitlines() if line.startswith("--check: ")]
     assert len(report) == 1 and "tokens identical to generate() on 3/3 sentences (100%)" in report[0], stdout
     # float32 against float32: rounding only, below 2.4e-3 nats (the bound derived for the dequantized model above).

@@ -69,9 +69,21 @@ def exported(tmp_path_factory):
 
     out_dir = tmp_path_factory.mktemp("onnx")
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        exit_code = main([str(model_dir), str(out_dir), "--check", "--max_new_tokens", str(MAX_NEW_TOKENS)])
+    real_session = onnxruntime.InferenceSession
+    sessions_threads.clear()
+
+    def session(path, options=None, *args, **kwargs):  # the real session; its thread counts noted
+        sessions_threads.append((options.intra_op_num_threads, options.inter_op_num_threads) if options else None)
+        return real_session(path, options, *args, **kwargs)
+
+    argv = [str(model_dir), str(out_dir), "--check", "--max_new_tokens", str(MAX_NEW_TOKENS), "--threads", "1"]
+    with contextlib.redirect_stdout(stdout), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onnxruntime, "InferenceSession", session)
+        exit_code = main(argv)
     return model_dir, out_dir, exit_code, stdout.getvalue()
+
+
+sessions_threads: list = []  # (intra, inter) op threads of each ONNX Runtime session --check opened
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +125,33 @@ def test_cli_writes_the_graphs_tokenizer_and_config_and_check_agrees(exported, r
     assert config["decoder_attention_heads"] == model_config.decoder_attention_heads == 4
     assert config["head_dim"] * config["decoder_attention_heads"] == config["d_model"] == model_config.d_model
     assert config["opset"] == DEFAULT_OPSET and written_opsets(out_dir) == {DEFAULT_OPSET}  # what the files hold
+
+
+def test_check_runs_onnx_runtime_on_the_commands_threads(exported):
+    """--check's sessions take the command's count (--threads 1 here), not ONNX Runtime's default of every core (0)."""
+    assert exported[2] == 0, exported[3]
+    assert sessions_threads == [(1, 1)] * 3  # encoder, cross-attention, decoder step
+
+
+def test_verbose_is_an_option_and_brings_back_library_info(tmp_path, monkeypatch):
+    import logging
+
+    from hf_vaswani_training.serving import export as export_module
+
+    assert "--verbose" in export_module.build_parser().format_help()
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args):
+        raise Stop
+
+    monkeypatch.setattr(export_module, "check_arguments", lambda args: None)
+    monkeypatch.setattr(export_module, "use_threads", stop)  # the first thing after the logs are set up
+    for flags, level in ((["--verbose"], logging.INFO), ([], logging.WARNING)):  # quiet again at the end
+        with pytest.raises(Stop):
+            main([str(tmp_path), str(tmp_path / "out"), *flags])
+        assert logging.getLogger("transformers").level == level
 
 
 def test_onnx_checker_passes_and_axes_are_dynamic(exported):

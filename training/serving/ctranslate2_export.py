@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import staging
 from ..usage import UsageError, check_loaded_model, tokenizer_problem
 from .decoding import DEFAULT_MAX_SENTENCES, DEFAULT_MAX_TOKENS, length_sorted_batches
 
@@ -227,7 +228,7 @@ def register_vaswani_loader():
 
 
 def check_out_dir(out_dir: Path) -> None:
-    # CTranslate2's converter deletes the output folder before writing (force=True): only let it replace a folder
+    # The finished conversion replaces OUT_DIR whole (staging.publish, replace=True): only let it replace a folder
     # that is empty or holds an earlier conversion, never a folder of other files.
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not is_ctranslate2_model(out_dir))):
         raise UsageError(f"{out_dir} exists and is not an empty folder or a CTranslate2 model: choose a new OUT_DIR")
@@ -246,6 +247,10 @@ def convert_to_ctranslate2(
     the position table, the longest source and output the converted model handles (default: the config's
     max_position_embeddings). OUT_DIR also gets the tokenizer, the source model's generation_config.json and
     EXPORT_INFO_FILE. An existing OUT_DIR is replaced only if it is empty or an earlier conversion.
+
+    Staged (training/staging.py): everything is written to a hidden `.tmp-*` folder beside OUT_DIR and renamed to
+    OUT_DIR when complete, so a failure on the way (a conversion error, a full disk: one line naming OUT_DIR and the
+    space) leaves no half-written OUT_DIR, and an earlier conversion there as it was.
     """
     ctranslate2 = import_ctranslate2()
     from transformers import AutoTokenizer
@@ -261,16 +266,6 @@ def convert_to_ctranslate2(
 
     loader = register_vaswani_loader()
     converter = ctranslate2.converters.TransformersConverter(str(model_dir), trust_remote_code=trust_remote_code)
-    loader.max_positions = max_positions
-    try:
-        converter.convert(str(out_dir), quantization=quantization, force=True)
-    finally:
-        loader.max_positions = None
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
-    tokenizer.save_pretrained(out_dir)
-    if (model_dir / "generation_config.json").is_file():
-        shutil.copyfile(model_dir / "generation_config.json", out_dir / "generation_config.json")
     model_config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     info = {
         "source_model": str(model_dir),
@@ -278,7 +273,18 @@ def convert_to_ctranslate2(
         "max_positions": max_positions or model_config.get("max_position_embeddings", DEFAULT_MAX_POSITIONS),
         "ctranslate2_version": ctranslate2.__version__,
     }
-    (out_dir / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    with staging.staged_folder(out_dir, replace=True) as staged:
+        loader.max_positions = max_positions
+        try:
+            # force: the converter replaces the (empty) staging folder with its own; OUT_DIR is replaced at the end
+            converter.convert(str(staged), quantization=quantization, force=True)
+        finally:
+            loader.max_positions = None
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+        tokenizer.save_pretrained(staged)
+        if (model_dir / "generation_config.json").is_file():
+            shutil.copyfile(model_dir / "generation_config.json", staged / "generation_config.json")
+        (staged / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     logger.info("Converted %s to CTranslate2 (%s) in %s", model_dir, info["quantization"], out_dir)
     return out_dir
 
@@ -498,17 +504,19 @@ def compare_with_generate(
     max_new_tokens: int,
     trust_remote_code: bool = False,
     verbose: bool = True,
+    intra_threads: int = 0,
 ) -> Agreement:
     """Decode `sentences` greedily with the converted model and with generate() (one batch, the same limit), and
     score generate()'s tokens with both (CTranslate2's score_batch; the PyTorch model's log-softmax). `verbose`
-    prints each sentence's outputs and, where they differ, both token lists."""
+    prints each sentence's outputs and, where they differ, both token lists. `intra_threads`: CTranslate2's
+    threads, as in `CTranslate2Translator` (the command passes its thread choice, training/threads.py)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
     import hf_vaswani  # noqa: F401
 
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code).eval()
-    translator = CTranslate2Translator(out_dir)
+    translator = CTranslate2Translator(out_dir, intra_threads=intra_threads)
     tokenizer = translator.tokenizer
     batch = tokenizer(list(sentences), return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -550,10 +558,13 @@ def check_ctranslate2(
     sentences: Sequence[str],
     max_new_tokens: int,
     trust_remote_code: bool = False,
+    intra_threads: int = 0,
 ) -> Agreement:
     """`--check`: print the converted model's and generate()'s greedy outputs for `sentences`, then one line of
     agreement (`Agreement.line`)."""
-    agreement = compare_with_generate(model_dir, out_dir, sentences, max_new_tokens, trust_remote_code)
+    agreement = compare_with_generate(
+        model_dir, out_dir, sentences, max_new_tokens, trust_remote_code, intra_threads=intra_threads
+    )
     print(f"--check: {agreement.line()}")
     return agreement
 

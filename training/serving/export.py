@@ -9,6 +9,11 @@ Its `--check` (and a quantized export without it, on the sample sentences) print
 generate() (share of sentences) and the mean log-prob difference per token; int8 kernels differ by CPU, so a
 quantized model far from generate() on this CPU gets one warning line naming the kernels and what keeps quality.
 
+`--threads N` (default: the CPUs free to this command, training/threads.py) is the count for torch and for the
+checks' ONNX Runtime sessions and CTranslate2 translator, which would otherwise take every core; `--verbose` shows the
+libraries' INFO logs, which are otherwise kept to warnings (training/console.py). Every format is written staged
+(training/staging.py): a failure on the way, a full disk included, leaves nothing half-written at OUT_DIR.
+
 Three graphs, so a loop outside the model can decode with a key/value cache held as plain tensors:
 
 - `encoder.onnx`: input_ids, attention_mask [batch, src_len] int64 → encoder_hidden_states [batch, src_len, d_model].
@@ -470,14 +475,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads",
         type=positive_int,
-        help="CPU threads for torch (default: the CPUs free to this command, training/threads.py; OMP_NUM_THREADS "
-        "when set)",
+        help="CPU threads for torch, and for ONNX Runtime and CTranslate2 in the checks (default: the CPUs free to this "
+        "command, training/threads.py; OMP_NUM_THREADS when set)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show the libraries' INFO logs (default: their warnings and errors only)"
     )
     return parser
 
 
-def check(model, tokenizer, out_dir: str | Path, sentences: Sequence[str], max_new_tokens: int) -> bool:
-    """Print ONNX Runtime's and generate()'s greedy tokens for `sentences`; True when they are the same."""
+def check(
+    model,
+    tokenizer,
+    out_dir: str | Path,
+    sentences: Sequence[str],
+    max_new_tokens: int,
+    num_threads: int | None = None,
+) -> bool:
+    """Print ONNX Runtime's and generate()'s greedy tokens for `sentences`; True when they are the same. `num_threads`:
+    ONNX Runtime's (None: its default, every core)."""
     import torch
 
     batch = tokenizer(list(sentences), return_tensors="pt", padding=True)
@@ -485,7 +501,9 @@ def check(model, tokenizer, out_dir: str | Path, sentences: Sequence[str], max_n
         expected = model.generate(
             **batch, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens, max_length_offset=None
         ).tolist()
-    actual = onnx_greedy_decode(out_dir, batch["input_ids"], batch["attention_mask"], max_new_tokens)
+    actual = onnx_greedy_decode(
+        out_dir, batch["input_ids"], batch["attention_mask"], max_new_tokens, num_threads=num_threads
+    )
     all_equal = True
     for sentence, ours, theirs in zip(sentences, actual, expected):
         equal = ours == theirs
@@ -521,14 +539,15 @@ def main(argv: list[str] | None = None) -> int:
     different tokens. A user error raises UsageError (vaswani-export prints it as one line, exit status 2)."""
     args = build_parser().parse_args(argv)
     check_arguments(args)
-    setup_logging()  # training/console.py: the commands' one log format
+    setup_logging(args.verbose)  # training/console.py: the commands' one log format, libraries quiet unless --verbose
     import torch
 
-    use_threads(args.threads, torch)
+    # One count for torch, ONNX Runtime and CTranslate2: left to themselves the two engines take every core.
+    threads = use_threads(args.threads, torch).threads
     # torch.onnx warns, for every graph, about torchvision operators it cannot register; they are not used here.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     if args.format == "ctranslate2":
-        return _export_ctranslate2(args)
+        return _export_ctranslate2(args, threads)
     model = load_model(args.model, trust_remote_code=args.trust_remote_code)
     out_dir = Path(args.out_dir)
     created = not out_dir.exists()
@@ -551,12 +570,12 @@ def main(argv: list[str] | None = None) -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
         sentences = args.sentence or list(CHECK_SENTENCES)
-        if not check(model, tokenizer, args.out_dir, sentences, args.max_new_tokens):
+        if not check(model, tokenizer, args.out_dir, sentences, args.max_new_tokens, num_threads=threads):
             return 1
     return 0
 
 
-def _export_ctranslate2(args: argparse.Namespace) -> int:
+def _export_ctranslate2(args: argparse.Namespace, threads: int) -> int:
     from .ctranslate2_export import agreement_warning, check_ctranslate2, compare_with_generate, convert_to_ctranslate2
 
     convert_to_ctranslate2(
@@ -566,13 +585,21 @@ def _export_ctranslate2(args: argparse.Namespace) -> int:
     print(f"Wrote a CTranslate2 model ({quantization}) and its tokenizer to {args.out_dir}")
     sentences = args.sentence or list(CHECK_SENTENCES)
     if args.check:
-        agreement = check_ctranslate2(args.model, args.out_dir, sentences, args.max_new_tokens, args.trust_remote_code)
+        agreement = check_ctranslate2(
+            args.model, args.out_dir, sentences, args.max_new_tokens, args.trust_remote_code, intra_threads=threads
+        )
     elif quantization != "float32":
         # Quantized kernels differ by CPU (docs/serving.md, "int8 on other CPUs"): a quantized export always measures
         # itself on the sample sentences (a few seconds), so that a model far from generate() on this CPU is never
         # silent.
         agreement = compare_with_generate(
-            args.model, args.out_dir, sentences, args.max_new_tokens, args.trust_remote_code, verbose=False
+            args.model,
+            args.out_dir,
+            sentences,
+            args.max_new_tokens,
+            args.trust_remote_code,
+            verbose=False,
+            intra_threads=threads,
         )
         print(f"{quantization} on this CPU: {agreement.line()}")
     else:
