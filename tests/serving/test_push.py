@@ -13,6 +13,7 @@ import textwrap
 import pytest
 import torch
 
+from hf_vaswani_training import cli
 from hf_vaswani_training.recipe.train import main
 from hf_vaswani_training.serving.push import ModelFolderError, files_to_push, validate_model_folder
 from hf_vaswani_training.usage import UsageError
@@ -127,6 +128,58 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error(model_dir, tmp_path):
     (copy / "modeling_vaswani.py").unlink()
     with pytest.raises(ModelFolderError, match="modeling_vaswani.py is missing"):
         validate_model_folder(copy, load=False)
+
+
+def test_a_foreign_tokenizer_is_named_before_the_weights_load(model_dir, tmp_path, monkeypatch, capsys):
+    """Same size, other ids (two tokens' ids swapped): config.json's tokenizer fingerprint names it in one line from
+    the files alone; loading the weights (or the tokenizer) would fail the test."""
+    import transformers
+
+    from hf_vaswani_training.serving import push
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in MODEL_FILES:
+        (copy / name).write_bytes((model_dir / name).read_bytes())
+    assert "tokenizer_fingerprint" in json.loads((copy / "config.json").read_text())
+    tokenizer_json = json.loads((copy / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer_json["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (copy / "tokenizer.json").write_text(json.dumps(tokenizer_json), encoding="utf-8")
+
+    def heavy(*args, **kwargs):
+        raise AssertionError("weights loaded before the tokenizer files were checked")
+
+    monkeypatch.setattr(transformers.AutoModelForSeq2SeqLM, "from_pretrained", heavy)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", heavy)
+    monkeypatch.setattr(push, "weights_shape_problem", heavy)
+    with pytest.raises(ModelFolderError) as caught:
+        validate_model_folder(copy)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(
+        f"{copy / 'tokenizer.json'} is another tokenizer than the model's"
+    )
+    code = cli.push([str(copy), "user/x", "--dry-run"])
+    stderr = capsys.readouterr().err
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "is another tokenizer" in stderr, stderr
+    (copy / "config.json").write_text('{"vocab_size": 64,', encoding="utf-8")  # cut short
+    with pytest.raises(ModelFolderError, match="config.json: not a readable JSON config"):
+        validate_model_folder(copy)
+
+
+def test_verbose_is_an_option_and_brings_back_library_info(tmp_path, capsys):
+    import logging
+
+    from hf_vaswani_training.serving.push import main as push_main
+
+    with pytest.raises(SystemExit):
+        push_main(["--help"])
+    assert "--verbose" in capsys.readouterr().out
+    for flags, level in ((["--verbose"], logging.INFO), ([], logging.WARNING)):  # quiet again at the end
+        with pytest.raises(ModelFolderError):  # after the logs are set up
+            push_main([str(tmp_path / "missing"), "user/x", "--dry-run", *flags])
+        assert logging.getLogger("transformers").level == level
 
 
 # ---- push and load back ---------------------------------------------------------------------------------------------

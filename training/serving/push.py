@@ -1,7 +1,7 @@
 """Upload a trained model folder to the Hugging Face Hub, as `vaswani-train` wrote it.
 
     vaswani-push MODEL_DIR REPO_ID [--private] [--revision BRANCH] [--commit-message MSG]
-                                   [--token TOKEN] [--create-pr] [--dry-run]
+                                   [--token TOKEN] [--create-pr] [--dry-run] [--verbose]
 
 What goes up: the weights, `config.json` (with `auto_map`), `generation_config.json` (the paper's decoding), the
 code files it names (`configuration_vaswani.py`, `modeling_vaswani.py`, so `trust_remote_code=True` works where
@@ -9,9 +9,11 @@ hf_vaswani is not installed), the tokenizer files, the model card `README.md` an
 training wrote them. What stays behind: `checkpoint-*/` (optimizer states), `.averaged/`, `runs/` (TensorBoard
 logs), `training_args.bin` and other Trainer state, hidden files.
 
-The folder is validated first, without touching the network: it must load with `AutoModelForSeq2SeqLM` and
-`AutoTokenizer` with no missing or unexpected weights, carry the code files its `auto_map` names, and have a model
-card whose YAML metadata parses. Then one commit is made with `HfApi.create_commit` (what `upload_folder` does
+The folder is validated first, without touching the network, the cheap checks before the weights load: a model card
+whose YAML metadata parses, the code files its `auto_map` names, a tokenizer whose size and fingerprint agree with
+config.json (read from the files: a foreign tokenizer is one line before any weights load), then it must load with
+`AutoModelForSeq2SeqLM` and `AutoTokenizer` with no missing or unexpected weights. The command logs warnings only;
+`--verbose` adds its own and the libraries' INFO logs. Then one commit is made with `HfApi.create_commit` (what `upload_folder` does
 without Xet, here with an explicit list of files, which also allows `--create-pr` against a branch). The token
 comes from `--token`, else `HF_TOKEN` or `hf auth login`; the Hub from `HF_ENDPOINT`.
 """
@@ -31,7 +33,9 @@ from ..usage import (
     ArgumentParser,
     UsageError,
     check_safetensors,
+    error_line,
     non_finite_weights_problem,
+    tokenizer_file_problem,
     tokenizer_problem,
 )
 from .loading import weights_shape_problem
@@ -105,8 +109,10 @@ def read_card_metadata(card: Path) -> dict:
 def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
     """Check that `folder` is a trained hf-vaswani model folder and return the files to upload.
 
-    With `load` (the default) the model and tokenizer are loaded as the Auto classes will load them from the Hub.
-    Raises ModelFolderError naming the folder and what is wrong.
+    The checks that read only files (config.json, the card, the code files, tokenizer.json against config.json's
+    vocab_size and tokenizer fingerprint) come first; then, with `load` (the default), the model and tokenizer are
+    loaded as the Auto classes will load them from the Hub. Raises ModelFolderError naming the folder and what is
+    wrong.
     """
     folder = Path(folder)
     hint = "(expected the output folder of vaswani-train)"
@@ -134,7 +140,12 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
         )
     read_card_metadata(card)
 
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelFolderError(f"{config_path}: not a readable JSON config ({error_line(error)})") from error
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{config_path}: not a JSON object")
     auto_map = config.get("auto_map") or {}
     if "AutoModelForSeq2SeqLM" not in auto_map:
         raise ModelFolderError(
@@ -150,6 +161,12 @@ def validate_model_folder(folder: str | Path, load: bool = True) -> list[str]:
                 raise ModelFolderError(f"{folder}: config.json's auto_map names {name} but {module}.py is missing")
     if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()):
         raise ModelFolderError(f"{folder} has no tokenizer (tokenizer.json / tokenizer_config.json)")
+    if (folder / "tokenizer.json").is_file():
+        # The tokenizer against config.json (size, fingerprint) from the files alone, before any weights load: a
+        # foreign tokenizer is named in one line in a second, not after the model is read.
+        problem = tokenizer_file_problem(folder, config)
+        if problem is not None:
+            raise ModelFolderError(problem)
 
     if load:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -290,6 +307,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--create-pr", "--create_pr", dest="create_pr", action="store_true", help="Open a pull request instead."
     )
     parser.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true", help="Validate and list only.")
+    parser.add_argument(
+        "--verbose", action="store_true", help="Show INFO logs, the libraries' included (default: warnings and errors)."
+    )
     return parser.parse_args(argv)
 
 
@@ -297,7 +317,8 @@ def main(argv: list[str] | None = None) -> PushResult | None:
     """Validate and upload as the command line says. A user error raises UsageError (a ModelFolderError for the
     folder); vaswani-push prints it as one line and exits with status 2."""
     args = parse_arguments(argv)
-    setup_logging(level=logging.WARNING)  # training/console.py: the commands' one log format
+    # training/console.py: the commands' one log format; libraries (and this command) at warnings unless --verbose
+    setup_logging(args.verbose, level=logging.INFO if args.verbose else logging.WARNING)
     files = validate_model_folder(args.model_dir)
     if args.dry_run:
         print(f"{args.model_dir} is a valid model folder; would upload {len(files)} files to {args.repo_id}:")
