@@ -4,6 +4,7 @@ and the user's --threads / OMP_NUM_THREADS decide over it."""
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -165,3 +166,95 @@ def test_a_training_run_follows_the_thread_choice(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "SEEN [1] PASSIVE" in completed.stdout, completed.stdout[-2000:]
+
+
+class PerThreadTorch:
+    """torch's thread count as torch keeps it: one count per thread (OpenMP's), which a thread takes from the last
+    set_num_threads anywhere when it first computes and changes only by its own set_num_threads afterwards."""
+
+    def __init__(self, threads: int):
+        self.latest = threads
+        self.local = threading.local()
+        self.calls = []
+
+    def get_num_threads(self):
+        if not hasattr(self.local, "threads"):
+            self.local.threads = self.latest
+        return self.local.threads
+
+    def set_num_threads(self, n):
+        self.calls.append(n)
+        self.latest = self.local.threads = n
+
+
+class StubSampler:
+    def __init__(self, *values):
+        self.values = list(values)
+
+    def others_busy(self):
+        return self.values.pop(0)
+
+
+def in_a_thread(function):
+    result = []
+    thread = threading.Thread(target=lambda: result.append(function()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+def test_follow_brings_a_change_made_in_one_thread_to_another():
+    torch = PerThreadTorch(2)
+    watch = th.ThreadWatch(th.ThreadChoice(2, 2, ""), torch, every_seconds=3600.0, allowed=2)
+    worker = [None]
+    answers = []
+
+    def serve():  # a server's worker thread that computed before the load changed, then answers again
+        import queue
+
+        jobs = queue.Queue()
+        worker[0] = jobs
+        while (job := jobs.get()) is not None:
+            answers.append(job())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        while worker[0] is None:
+            time.sleep(0.01)
+        worker[0].put(torch.get_num_threads)
+        watch._sampler, watch._next = StubSampler(1.0), 0.0  # due now: another program keeps one core busy
+        assert in_a_thread(watch.follow) == 1  # seen and applied in another thread
+        worker[0].put(torch.get_num_threads)  # the first worker still computes on its old count
+        worker[0].put(watch.follow)  # until it follows the watch (not due: no new look at /proc/stat)
+        worker[0].put(torch.get_num_threads)
+    finally:
+        worker[0].put(None)
+        thread.join()
+    assert answers == [2, 2, 1, 1]
+
+
+def test_the_explorer_looks_again_at_each_translation(monkeypatch):
+    from hf_vaswani_training.serving import explore
+    from hf_vaswani_training.usage import UsageError
+
+    torch = PerThreadTorch(2)
+    watch = th.ThreadWatch(th.ThreadChoice(2, 2, ""), torch, every_seconds=0.0, allowed=2)
+    watch._sampler = StubSampler(1.0, 1.0, 0.0)  # busy beside another program, still busy, then free again
+    computed_on = []
+
+    def translate_sentence(*args, **kwargs):
+        computed_on.append(torch.get_num_threads())
+        raise UsageError("stop here: the thread count is what this test reads")
+
+    class Shelf:
+        def get(self, source):
+            return object()
+
+    monkeypatch.setattr(explore, "translate_sentence", translate_sentence)
+    served = explore.Served("model", explore.LoadPolicy(), Shelf(), 32, "model", watch)
+    for _ in range(3):
+        answer = explore.on_translate(0, "model", "A mouse sits .", 4, False, 1, True, 0.6, "encoder self-attention",
+                                      "0", "mean", served=served)  # fmt: skip
+        assert "stop here" in answer[1]
+    assert computed_on == [1, 1, 2] and torch.calls == [1, 2]

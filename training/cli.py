@@ -13,8 +13,10 @@ the arguments on. Each command checks its arguments and the files they name with
 imports torch, datasets or gradio only when the checks pass: a mistake is answered in a moment, as one line, and not
 after minutes of work. vaswani-train's checks run here, before its module is imported (recipe/options.py:
 preflight_train, whose reading of the recipe and options is handed on and not read again); the other commands check
-in their own modules, which load the heavy libraries inside their main(). `python -m training.X` in a checkout runs
-the same functions through the small modules named after the commands beside this file.
+in their own modules, which load the heavy libraries inside their main(). Every door of a command that loads torch
+calls threads.passive_waits() before it imports the command's module (OpenMP reads OMP_WAIT_POLICY once, when torch
+loads). Every command keeps the libraries' logs to warnings unless --verbose (console.py). `python -m training.X` in a
+checkout runs the same functions through the small modules named after the commands beside this file.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def _export(argv: list[str]) -> int:
 
 
 def _push(argv: list[str]) -> int:
+    passive_waits()  # push loads the model (torch) to check it before the upload
     from .serving import push as push_module
 
     push_module.main(argv)

@@ -82,6 +82,9 @@ def quiet_libraries(verbose: bool = False) -> None:
     datasets = sys.modules.get("datasets")
     if datasets is not None:
         datasets.utils.logging.set_verbosity(library_level)
+        library_logger = logging.getLogger("datasets")
+        for default in [h for h in library_logger.handlers if type(h) is logging.StreamHandler]:
+            library_logger.removeHandler(default)  # its own stderr handler: its records reach ours, once
         if not verbose:
             datasets.disable_progress_bars()
     hub = sys.modules.get("huggingface_hub")

@@ -11,8 +11,8 @@ steps took 4-5 times as long on 2 threads as on 1 (benchmarks/README.md, "A busy
   when others use more than half of it);
 
 and use what is left (at least 1). `--threads N` on the command line, or OMP_NUM_THREADS in the environment, decides
-instead. `ThreadWatch` looks again while a run goes on, so a run that started beside a busy program takes the core
-back when that program ends.
+instead. `ThreadWatch` looks again while a run goes on (and as the explorer answers), so a run or a server that
+started beside a busy program takes the core back when that program ends.
 
 The cause of the slowdown is the waiting, not the count alone: torch's OpenMP (GNU libgomp) lets a thread that reaches
 a barrier first spin on its core before it sleeps. When the other thread is descheduled, the spinning one burns the
@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +212,8 @@ def apply_threads(choice: ThreadChoice, torch_module) -> None:
 class ThreadWatch:
     """Looks again every `every_seconds` while a run goes on: when others start or stop keeping CPUs busy, the
     thread count follows (only when nobody chose it with --threads or OMP_NUM_THREADS). Call `check()` from the
-    training loop (a TrainerCallback does); it costs one read of /proc/stat when due."""
+    training loop (a TrainerCallback does), or `follow()` from each request of a server (the explorer does); either
+    costs one read of /proc/stat when due, and nothing but a clock read otherwise."""
 
     def __init__(self, choice: ThreadChoice, torch_module, *, every_seconds: float = 20.0, allowed: int | None = None):
         self.torch = torch_module
@@ -220,6 +222,7 @@ class ThreadWatch:
         self.fixed = choice.chosen
         self.allowed = allowed if allowed is not None else self._allowed()
         self._next = time.monotonic() + every_seconds
+        self._looking = threading.Lock()  # one look at a time: two threads sampling at once would halve the interval
         try:
             self._sampler = BusySampler(os.sched_getaffinity(0)) if not self.fixed else None
         except (AttributeError, OSError, ValueError):
@@ -235,11 +238,17 @@ class ThreadWatch:
         """The new thread count when it changed, else None."""
         if self._sampler is None or time.monotonic() < self._next:
             return None
-        self._next = time.monotonic() + self.every_seconds
+        if not self._looking.acquire(blocking=False):
+            return None  # another thread is looking now
         try:
+            if time.monotonic() < self._next:
+                return None
+            self._next = time.monotonic() + self.every_seconds
             busy = self._sampler.others_busy()
         except (OSError, ValueError):
             return None
+        finally:
+            self._looking.release()
         threads = free_cpus(busy, self.allowed)
         if threads == self.threads:
             return None
@@ -252,3 +261,12 @@ class ThreadWatch:
             busy or 0.0,
         )
         return threads
+
+    def follow(self) -> int:
+        """`check()`, then the calling thread computes on the watch's count, which it returns. torch keeps the count
+        per thread (OpenMP's, applied when a thread first computes): a server that answers on a pool of threads calls
+        this in the thread about to compute, so a change made in one thread reaches the others too."""
+        self.check()
+        if self.torch.get_num_threads() != self.threads:
+            self.torch.set_num_threads(self.threads)
+        return self.threads

@@ -22,7 +22,8 @@ Everything streams (the 4.5M pairs are never in memory) and is checked on the wa
 invalid UTF-8 stop with the file and line, as in training; control characters, which training refuses (WMT's
 crawled corpora have some), become spaces, counted in a warning. Blank pairs of files are copied as they are; training
 skips and counts them. The output is written to a staging folder and renamed into place, so a half-written folder never
-looks complete. The script prints the pair counts and the training command to run next.
+looks complete. The script prints the pair counts and the training command to run next. The datasets library keeps
+to warnings; --verbose brings back its INFO logs and progress bars (training/console.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..console import setup_logging
+from ..console import quiet_libraries, setup_logging
 from ..staging import staged_folder
 from ..usage import ArgumentParser, error_line
 from .textfiles import CONTROL_CHARACTERS, ParallelDataError, iter_lines, pair_half, read_text_pair
@@ -115,8 +116,11 @@ def prepare(
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     overwrite: bool = False,
+    *,
+    verbose: bool = False,
 ) -> dict[str, int]:
-    """Write `out/{train,valid,test}.{source_lang,target_lang}`; return the pairs per split."""
+    """Write `out/{train,valid,test}.{source_lang,target_lang}`; return the pairs per split. `verbose`: the datasets
+    library's INFO logs and progress bars (--verbose; else its warnings only)."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise ParallelDataError(f"--out {out} exists; pass --overwrite to replace it, or choose another folder")
@@ -131,6 +135,7 @@ def prepare(
             # repository or configuration is a one-line error.
             from .corpora import load_hub_dataset  # imports datasets: only once the arguments are checked
 
+            quiet_libraries(verbose)  # datasets set its own level when imported just now
             splits, _ = load_hub_dataset(dataset_name, dataset_config_name, source_lang, target_lang, None, None, None)
             if "train" not in splits:
                 raise ParallelDataError(f"--dataset_name {dataset_name}: no train split (found {sorted(splits)})")
@@ -159,12 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset_name", help="Instead of files: a dataset in the Hub layout, e.g. wmt14.")
     parser.add_argument("--dataset_config_name", help="Its configuration, e.g. de-en.")
     parser.add_argument("--overwrite", action="store_true", help="Replace an existing --out folder.")
+    parser.add_argument("--verbose", action="store_true", help="The libraries' INFO logs and progress bars too.")
     args = parser.parse_args(argv)
-    setup_logging()  # training/console.py: the commands' one log format
+    setup_logging(args.verbose)  # training/console.py: the commands' one log format, the libraries quiet
     try:
         counts = prepare(
             args.out, args.source_lang, args.target_lang, args.train, args.validation, args.test,
-            args.dataset_name, args.dataset_config_name, args.overwrite,
+            args.dataset_name, args.dataset_config_name, args.overwrite, verbose=args.verbose,
         )  # fmt: skip
     except (ParallelDataError, FileNotFoundError) as error:
         print(f"{parser.prog}: error: {error_line(error)}", file=sys.stderr)

@@ -9,7 +9,8 @@ folder's `checkpoints/`; --run-dir finds them there or directly in the folder). 
     vaswani-average --inputs runs/base/checkpoints/checkpoint-90000 runs/base/checkpoints/checkpoint-100000 \
         --output runs/base-averaged
 
-(`python -m training.average_checkpoints` from a checkout is the same command.)
+(`python -m training.average_checkpoints` from a checkout is the same command; --verbose adds the libraries' INFO
+logs, training/console.py.)
 """
 
 from __future__ import annotations
@@ -205,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--last", type=positive_int, metavar="N", help="with --run-dir: how many checkpoints (paper: 5 base, 20 big)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --output")
+    parser.add_argument(
+        "--verbose", action="store_true", help="the libraries' INFO logs too (default: their warnings only)"
+    )
     args = parser.parse_args(argv)
 
     if args.run_dir is not None and args.last is None:
@@ -212,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.inputs is not None and args.last is not None:
         parser.error("--last only applies to --run-dir")
 
-    setup_logging()  # training/console.py: the commands' one log format
+    setup_logging(args.verbose)  # training/console.py: the commands' one log format, the libraries quiet
     try:
         checkpoint_dirs = args.inputs if args.inputs else last_checkpoints(args.run_dir, args.last)
         output_dir = average_checkpoints(checkpoint_dirs, args.output, overwrite=args.overwrite)

@@ -25,6 +25,10 @@ app.py), except on a loopback address without --share, where the only visitor is
 answered without looking at the disk. Everything a visitor types (paths, sentences, tokens) is shown as text, never
 as HTML or Markdown. Sessions keep a translation's attention for a while only (`STATE_SECONDS`, `MAX_SESSIONS`), so
 memory stays flat however many visitors come and go (tests/serving/test_explore.py's load test).
+
+vaswani-explore computes on the CPUs free to it (training/threads.py) and looks again, every 20 s at most, as
+translations are asked for: a page started beside a busy program takes the core back when that program ends. The
+libraries keep to warnings unless --verbose.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..console import setup_logging
-from ..threads import use_threads
+from ..console import quiet_libraries, setup_logging
+from ..threads import ThreadWatch, use_threads
 from ..usage import ArgumentParser, UsageError
 from .explore_models import (
     SHELF,
@@ -134,21 +138,25 @@ class _EagerAttention:
 def translate_sentence(
     explorer: Explorer,
     sentence: str,
-    num_beams: int = 4,
+    num_beams: int | None = None,
     greedy: bool = False,
     n_best: int = 1,
     gnmt: bool = True,
-    alpha: float = 0.6,
+    alpha: float | None = None,
 ) -> Translation:
-    """Translate one sentence as the page does and read the attention of the best hypothesis.
+    """Translate one sentence as the page does and read the attention of the best hypothesis. `num_beams` and
+    `alpha` left out are the paper's (hf_vaswani.PAPER_DECODING: beam 4, α 0.6).
 
     UsageError for an empty sentence. A sentence longer than the model takes is truncated to
     `explorer.max_source_tokens` tokens and a notice says so.
     """
     import torch
 
+    from hf_vaswani import PAPER_DECODING
+
     from .attention_plot import cross_attention, label_ids
 
+    num_beams = PAPER_DECODING["num_beams"] if num_beams is None else num_beams
     sentence = sentence.strip()
     if not sentence:
         raise UsageError("Type a sentence to translate (the box is empty).")
@@ -316,6 +324,7 @@ class Served:
     shelf: ModelShelf
     d_model: int
     name: str = ""  # what the page shows for `source` (--name; default shown_name(source))
+    watch: ThreadWatch | None = None  # looked at by each translation: the CPU threads follow the machine's load
 
     def __post_init__(self):
         self.name = self.name or (shown_name(self.source) if self.source else "")
@@ -327,13 +336,17 @@ def build_app(
     allow_load: LoadPolicy | None = None,
     shelf: ModelShelf | None = None,
     name: str | None = None,
+    watch: ThreadWatch | None = None,
 ) -> gr.Blocks:
     """The explorer page for a model folder or Hub id, which stays loaded (pinned) while the page lives. A source
     that does not load shows its error in the page; `main` checks the source before it builds the page.
     `allow_load`: what visitors may load from the page (default: nothing else). `name`: what the page calls the
-    served model (default: a Hub id as it is, a folder by its own name, never its path on the server)."""
+    served model (default: a Hub id as it is, a folder by its own name, never its path on the server). `watch`: the
+    thread count chosen at start (vaswani-explore's), looked at again as translations are asked for
+    (training/threads.py), so a server started beside a busy program takes the core back when that program ends."""
     gr = _require_gradio()
-    served = Served((model_dir_or_repo or "").strip(), allow_load or LoadPolicy(), shelf or SHELF, 512, name or "")
+    source = (model_dir_or_repo or "").strip()
+    served = Served(source, allow_load or LoadPolicy(), shelf or SHELF, 512, name or "", watch)
     explorer, status = (
         None,
         text_html("⚠️ No model loaded: type a model folder or Hub repository id above and press Load."),
@@ -521,6 +534,8 @@ def on_translate(count, source, text, num_beams, use_greedy, n_best, use_gnmt, a
     if loaded is None:
         why = f" ({source} was unloaded to make room for another model; press Load again)" if source else ""
         return (answered, text_html(f"⚠️ No model is loaded{why}."), *empty)
+    if served.watch is not None:
+        served.watch.follow()  # in the thread that computes: torch's thread count is kept per thread
     started = time.perf_counter()
     try:
         result = translate_sentence(loaded, text or "", num_beams, use_greedy, n_best, use_gnmt, alpha or 0.0)
@@ -600,8 +615,12 @@ def build_parser() -> ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--threads", type=positive_int, default=None,
-        help="CPU threads (default: the CPUs free to this command, training/threads.py; OMP_NUM_THREADS when set)",
+        help="CPU threads (default: the CPUs free to this command, looked at again as it answers, "
+        "training/threads.py; OMP_NUM_THREADS when set)",
     )  # fmt: skip
+    parser.add_argument(
+        "--verbose", action="store_true", help="the libraries' INFO logs and progress bars too (default: warnings only)"
+    )
     return parser
 
 
@@ -667,13 +686,15 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(problem)
     check_port(args.host, args.port)
     _require_gradio()
-    setup_logging()  # training/console.py: the commands' one log format
+    setup_logging(args.verbose)  # training/console.py: the commands' one log format, the libraries quiet
     import torch
+    import transformers  # noqa: F401  (imported now, so that it is quieted, or not, before the model loads)
 
-    use_threads(args.threads, torch)
+    quiet_libraries(args.verbose)
+    watch = ThreadWatch(use_threads(args.threads, torch), torch)
     policy = load_policy(args.host, args.share, args.allow_load)
     load_explorer(args.model, pin=True)  # fail here, in one line, rather than in the page
-    app = build_app(args.model, allow_load=policy, name=args.name)
+    app = build_app(args.model, allow_load=policy, name=args.name, watch=watch)
     notice = reach_notice(args.host, args.port, args.share, policy)
     if notice:
         print(notice, file=sys.stderr)

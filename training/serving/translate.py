@@ -26,7 +26,8 @@ GNMT formula, a per-sentence length limit, early_stopping="never") is listed in 
 over that translation with eager attention and draws its encoder-decoder attention (training/serving/attention_plot.py).
 
 Arguments, the model folder and the input are checked before torch and transformers are imported, so mistakes
-fail in a moment, as one line (training/cli.py).
+fail in a moment, as one line (training/cli.py). The libraries keep to warnings; --verbose brings back their INFO
+logs and progress bars (training/console.py).
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--input", metavar="FILE", help="one sentence per line, UTF-8; .gz is decompressed; - is stdin")
     io.add_argument("--output", metavar="FILE", help="write the translations here (.gz compresses) instead of stdout")
     io.add_argument("--quiet", action="store_true", help="no progress bar")
+    io.add_argument(
+        "--verbose", action="store_true", help="the libraries' INFO logs and progress bars too (else warnings only)"
+    )
 
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
     decoding.add_argument("--num_beams", type=positive_int, help="beam size (paper: 4)")
@@ -322,8 +326,11 @@ def _decoder_shape(config) -> tuple[int | None, int | None]:
 def _main_ctranslate2(args: argparse.Namespace, sentences: list[str]) -> int:
     """`--engine ctranslate2`: the same options, input and output, decoded by CTranslate2."""
     import ctranslate2
+    import transformers  # noqa: F401  (the tokenizer's library: quieted, or not, before it loads anything)
 
     from .ctranslate2_export import CTranslate2Translator
+
+    quiet_libraries(args.verbose)
 
     device = args.device
     if device == "auto":
@@ -361,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     line and exits with status 2)."""
     args = parse_arguments(argv)
     check_files(args)
-    setup_logging()  # training/console.py: the commands' one log format, on stderr (stdout is the translations)
+    # training/console.py: the commands' one log format, on stderr (stdout is the translations); the libraries'
+    # INFO lines only with --verbose
+    setup_logging(args.verbose)
     try:
         sentences, from_stream = read_sentences(args)
     except UsageError:
@@ -378,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .decoding import translate_texts
 
-    quiet_libraries()  # imported only now: no "Loading weights" bar, no INFO lines; the translation bar stays
+    quiet_libraries(args.verbose)  # imported only now: no "Loading weights" bar, no INFO lines (unless --verbose)
     use_threads(args.threads, torch)
     model, tokenizer = load_model_and_tokenizer(args)
     try:
