@@ -4,7 +4,8 @@ Every command calls `setup_logging` once, after its arguments are checked and be
 
     HH:MM:SS LEVEL name: message
 
-Without --verbose the libraries (transformers, datasets, huggingface_hub, accelerate) keep to warnings and errors, and
+Without --verbose the libraries (transformers, datasets, huggingface_hub, accelerate, torch; and the explorer's gradio,
+httpx and httpcore, whose INFO lines are a line per HTTP request) keep to warnings and errors, and
 transformers' own progress bars ("Loading weights", "Writing model shards") are off: a command shows its own progress
 and results. A progress bar is drawn only where a person watches a terminal (`show_progress_bar`); in a file the
 commands write a plain line now and then instead (the training run: recipe/console.py).
@@ -25,7 +26,7 @@ DATE_FORMAT = "%H:%M:%S"
 # Read by huggingface_hub at import; transformers' progress bars start from huggingface_hub's setting.
 PROGRESS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
 _HANDLER_NAME = "hf_vaswani_training"
-QUIET_LIBRARIES = ("transformers", "datasets", "huggingface_hub", "accelerate", "torch")
+QUIET_LIBRARIES = ("transformers", "datasets", "huggingface_hub", "accelerate", "torch", "gradio", "httpx", "httpcore")
 
 
 def setup_logging(verbose: bool = False, *, stream: TextIO | None = None, level: int = logging.INFO) -> None:
