@@ -461,3 +461,27 @@ def test_the_page_starts_with_the_served_models_example(tmp_path, model_dir):
     (folder / "results.json").write_text(json.dumps({"source_lang": "de", "samples": []}))
     controls = page_controls(explore.build_app(str(folder), shelf=explore.ModelShelf()))
     assert controls["sentence"].value == explore_models.EXAMPLES["de"]
+
+
+@pytest.fixture
+def queue_analytics_unset(monkeypatch):
+    """Neither analytics variable set, and whatever build_app sets taken away after the test."""
+    for variable in explore.QUEUE_ANALYTICS:
+        monkeypatch.setenv(variable, "")  # recorded first, so that monkeypatch puts back the value from before
+        monkeypatch.delenv(variable)
+
+
+def test_the_queue_keeps_a_few_events_analytics_and_summarises_them_rarely(tmp_path, queue_analytics_unset):
+    # Gradio's defaults: 10,000 events kept, and a pandas DataFrame over all of them after every event.
+    app = explore.build_app(str(tmp_path))
+    assert app._queue.ANALYTICS_MAX_EVENTS == 200
+    assert app._queue.ANAYLTICS_CACHE_FREQUENCY == 1000  # (gradio's spelling)
+    app.queue(default_concurrency_limit=2)  # a queue made again, as app.py or a test may, reads the same bounds
+    assert app._queue.ANALYTICS_MAX_EVENTS == 200
+
+
+def test_a_users_own_queue_analytics_setting_wins(tmp_path, monkeypatch, queue_analytics_unset):
+    monkeypatch.setenv("GRADIO_ANALYTICS_MAX_EVENTS", "50")
+    monkeypatch.setenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", "7")
+    app = explore.build_app(str(tmp_path))
+    assert (app._queue.ANALYTICS_MAX_EVENTS, app._queue.ANAYLTICS_CACHE_FREQUENCY) == (50, 7)

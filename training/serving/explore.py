@@ -24,7 +24,8 @@ Loading other models from the page is off unless the operator allows some (`--al
 app.py), except on a loopback address without --share, where the only visitor is the operator. A refused name is
 answered without looking at the disk. Everything a visitor types (paths, sentences, tokens) is shown as text, never
 as HTML or Markdown. Sessions keep a translation's attention for a while only (`STATE_SECONDS`, `MAX_SESSIONS`), so
-memory stays flat however many visitors come and go (tests/serving/test_explore.py's load test).
+memory stays flat however many visitors come and go (tests/serving/test_explore.py's load test); Gradio's queue keeps
+a few events' analytics, not 10,000, and summarises them rarely (`QUEUE_ANALYTICS`).
 
 vaswani-explore computes on the CPUs free to it (training/threads.py) and looks again, every 20 s at most, as
 translations are asked for: a page started beside a busy program takes the core back when that program ends. The
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import html
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -244,6 +246,12 @@ CSS = """
 STATE_SECONDS = 1800
 MAX_SESSIONS = 200
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Gradio's queue keeps a record of every event (up to GRADIO_ANALYTICS_MAX_EVENTS, 10,000 by default) and, after each
+# one, builds a pandas DataFrame over all of them (GRADIO_ANALYTICS_CACHE_FREQUENCY, 1 by default) for a monitoring
+# dashboard the explorer does not use: CPU on every request, and memory, growing with the number of requests served.
+# A few records, summarised rarely; the queue reads both variables when it is created (in gr.Blocks, and again in
+# Blocks.queue), and a user's own setting wins.
+QUEUE_ANALYTICS = {"GRADIO_ANALYTICS_MAX_EVENTS": "200", "GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000"}
 
 
 def text_html(*lines: str) -> str:
@@ -357,6 +365,8 @@ def build_app(
             status, served.d_model = describe(explorer, served.name), explorer.config.d_model
         except UsageError as error:
             status = text_html(f"⚠️ {error}")
+    for variable, value in QUEUE_ANALYTICS.items():  # before gr.Blocks creates the queue
+        os.environ.setdefault(variable, value)
     with gr.Blocks(title="hf-vaswani attention explorer", analytics_enabled=False) as app:
         controls = _header(gr, explorer, served, status)
         with gr.Tabs():
