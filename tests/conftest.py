@@ -254,6 +254,26 @@ def assert_one_line_error(status: int, stderr: str, command: str, *fragments: st
     return errors[0]
 
 
+@pytest.fixture
+def logging_put_back(monkeypatch):
+    """What setup_logging changes (the root's handlers and level, the quiet libraries' levels, the progress bars'
+    variable) put back after the test. A library left at INFO logs at interpreter exit (torch: its cache statistics)
+    to the stream pytest has closed: "--- Logging error --- ... I/O operation on closed file"."""
+    import logging
+
+    from hf_vaswani_training.console import PROGRESS_ENV, QUIET_LIBRARIES
+
+    monkeypatch.setenv(PROGRESS_ENV, "1")  # recorded, so that the value from before (or its absence) is put back
+    root = logging.getLogger()
+    handlers, root_level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in QUIET_LIBRARIES}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(root_level)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
 # ---- serving (tests/serving/): the attention explorer, with and without a browser ---------------------------------
 
 SENTENCE = "The old dog does not sleep in the green garden ."

@@ -172,27 +172,8 @@ def test_every_door_that_loads_torch_waits_passively_before_it_imports_its_modul
     assert "POLICY PASSIVE" in completed.stderr
 
 
-@pytest.fixture
-def logging_as_it_was(monkeypatch):
-    """Whatever setup_logging changes (the root's handlers and level, the libraries' levels, the progress variable)
-    put back after the test: a library left at INFO would log, at interpreter exit, to a stream pytest closed."""
-    import logging
-
-    from hf_vaswani_training.console import PROGRESS_ENV, QUIET_LIBRARIES
-
-    monkeypatch.setenv(PROGRESS_ENV, "1")  # recorded, so that the test's value (or its absence) is put back
-    root = logging.getLogger()
-    handlers, root_level = list(root.handlers), root.level
-    levels = {name: logging.getLogger(name).level for name in QUIET_LIBRARIES}
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(root_level)
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
-
-
 @pytest.mark.parametrize("verbose", [False, True])
-def test_the_explorers_http_libraries_keep_to_warnings_unless_verbose(logging_as_it_was, verbose):
+def test_the_explorers_http_libraries_keep_to_warnings_unless_verbose(logging_put_back, verbose):
     # httpx logs "HTTP Request: GET ..." at INFO for every request gradio makes; the explorer's log would be those.
     import io
     import logging

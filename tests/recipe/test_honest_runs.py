@@ -176,25 +176,8 @@ def test_a_full_or_read_only_disk_mid_run_is_one_line_naming_the_path(tmp_path, 
 # ---- the console ----------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def library_levels_put_back():
-    """The libraries' log levels (and the root's level and handlers) as they were before the test. Left at INFO, torch
-    logs its cache statistics at interpreter exit to pytest's closed capture: "--- Logging error --- ... I/O
-    operation on closed file"."""
-    from hf_vaswani_training.console import QUIET_LIBRARIES
-
-    root = logging.getLogger()
-    handlers, root_level = list(root.handlers), root.level
-    levels = {name: logging.getLogger(name).level for name in QUIET_LIBRARIES}
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(root_level)
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
-
-
 @pytest.mark.parametrize("verbose", [False, True])
-def test_library_info_and_the_toy_corpus_sacrebleu_warnings_only_with_verbose(caplog, library_levels_put_back, verbose):
+def test_library_info_and_the_toy_corpus_sacrebleu_warnings_only_with_verbose(caplog, logging_put_back, verbose):
     caplog.set_level(logging.INFO)
     configure_logging(SimpleNamespace(should_log=True, verbose=verbose), toy_corpus=True)
     try:
