@@ -21,8 +21,6 @@ A benchmark, not a test: it prints measured numbers and asserts nothing about ti
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import time
@@ -32,6 +30,7 @@ import torch
 from transformers import GenerationConfig
 
 from benchmarks.lib.machine import has_bf16, synchronize
+from benchmarks.lib.row import finish_row, start_row
 from benchmarks.lib.train_paths import dynamo_counts
 from benchmarks.lib.wmt_data import load_data
 
@@ -139,30 +138,9 @@ def measure_row(data, spec: dict, model_dir: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="a folder benchmarks/gpu.py prepared")
-    parser.add_argument("--model_dir", type=Path, required=True, help="trained weights (hf_vaswani folder)")
-    parser.add_argument("--spec", required=True, help="the row, as JSON (benchmarks/gpu.py's plan)")
-    parser.add_argument("--out", type=Path, default=None, help="the row's result as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    spec = json.loads(args.spec)
-    if spec.get("threads"):
-        torch.set_num_threads(spec["threads"])
-    try:
-        result = measure_row(load_data(args.data), spec, args.model_dir)
-    except Exception as error:  # a benchmark reports a failed row and the caller goes on to the next
-        logger.exception("%s failed", spec.get("name"))
-        result = {"status": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"}
-    text = json.dumps(result, default=str)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print("RESULT " + text, flush=True)
-    return 0
+    model_dir = ("--model_dir", dict(type=Path, required=True, help="trained weights (hf_vaswani folder)"))
+    args, spec = start_row(__doc__, argv, ["--data", model_dir, "--spec", "--out"])
+    return finish_row(spec, args.out, lambda: measure_row(load_data(args.data), spec, args.model_dir))
 
 
 if __name__ == "__main__":

@@ -24,9 +24,6 @@ A benchmark, not a test: it prints measured numbers and asserts nothing about ti
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
 import logging
 import os
 import statistics
@@ -37,6 +34,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.lib.machine import StepClock
+from benchmarks.lib.row import finish_row, start_row
 from benchmarks.lib.train_paths import (
     LeanLoop,
     dynamo_counts,
@@ -177,36 +175,12 @@ def _one_line(measured: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="a folder benchmarks/gpu.py prepared")
-    parser.add_argument("--spec", required=True, help="the row, as JSON (benchmarks/gpu.py's plan)")
-    parser.add_argument("--out", type=Path, default=None, help="the row's result as JSON")
-    parser.add_argument("--train_for_decoding", type=Path, default=None, help="train, save weights here, exit")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    spec = json.loads(args.spec)
-    if spec.get("threads"):
-        torch.set_num_threads(spec["threads"])
+    weights = ("--train_for_decoding", dict(type=Path, default=None, help="train, save weights here, exit"))
+    args, spec = start_row(__doc__, argv, ["--data", "--spec", "--out", weights])
     data = load_data(args.data)
-    try:
-        if args.train_for_decoding is not None:
-            result = train_for_decoding(data, spec, args.train_for_decoding)
-        else:
-            result = measure_row(data, spec)
-    except Exception as error:  # a benchmark reports a failed row and the caller goes on to the next
-        logger.exception("%s failed", spec.get("name"))
-        result = {"status": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"}
-    finally:
-        gc.collect()
-    text = json.dumps(result, default=str)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print("RESULT " + text, flush=True)
-    return 0
+    if args.train_for_decoding is not None:
+        return finish_row(spec, args.out, lambda: train_for_decoding(data, spec, args.train_for_decoding))
+    return finish_row(spec, args.out, lambda: measure_row(data, spec))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
 - `corpus`: the synthetic corpus shaped like WMT 2014 en-de;
 - `mfu`: the FLOP count (training, generate()) and the measured matrix-product peak;
 - `machine`: the device's name, peaks (measured and datasheet), native dtypes, and the step clock;
+- `row`: the command line, log and result line of one GPU benchmark row in its own process (`training_speed`,
+  `decoding_speed`);
 - `training_step`, `pipeline`, `decoding`, `memory`: one measure each of the CPU comparison with Marian;
   `profiling`: torch.profiler tables.
 """
