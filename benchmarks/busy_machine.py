@@ -12,7 +12,8 @@ results.json:
 
 Rows marked "old" force what the commands did before training/threads.py: `--threads` set to every CPU the machine
 has and OpenMP's default waiting (the run is started through `training.recipe.train.main`, not the console script,
-which sets OMP_WAIT_POLICY=PASSIVE).
+which sets OMP_WAIT_POLICY=PASSIVE). The row "busy1-all" asks for every CPU with `--threads` through the console script
+(passive waits): what today's count would have given had it not left the busy core alone.
 
     python -m benchmarks.busy_machine                          # every row, the full recipe: about an hour on 2 cores
     python -m benchmarks.busy_machine --max_steps 40 --json /tmp/busy.json   # a quick look
@@ -35,13 +36,16 @@ import tempfile
 import time
 from pathlib import Path
 
-ROWS = {  # name: (busy processes beside the run, old behaviour)
-    "quiet": (0, False),
-    "quiet-old": (0, True),
-    "busy1": (1, False),
-    "busy1-old": (1, True),
-    "busy2": (2, False),
+ROWS = {  # name: (busy processes beside the run, how threads are chosen: "" today's count, "all" every CPU with
+    # passive waits (--threads N), "old" every CPU with OpenMP's default waits)
+    "quiet": (0, ""),
+    "quiet-old": (0, "old"),
+    "busy1": (1, ""),
+    "busy1-all": (1, "all"),
+    "busy1-old": (1, "old"),
+    "busy2": (2, ""),
 }
+_MODES = {"old": " (all cores, OpenMP's default waits)", "all": " (--threads: all cores, passive waits)"}
 _PROGRESS = re.compile(r"step ([\d,]+) of ([\d,]+) \(\d+%\): ([\d.]+) s and ([\d.]+) CPU-s a step")
 _THREADS = re.compile(r"on (\d+) CPU threads")
 _OLD = "import sys; from hf_vaswani_training.recipe.train import main; main(sys.argv[1:])"
@@ -52,14 +56,15 @@ def _busy(count: int) -> list[subprocess.Popen]:
 
 
 def run_row(name: str, max_steps: int | None, work: Path) -> dict:
-    busy_count, old = ROWS[name]
+    busy_count, mode = ROWS[name]
     output_dir = work / name
     args = ["toy", "--output_dir", str(output_dir), "--report_to", "none"]
     args += ["--max_steps", str(max_steps)] if max_steps else []
-    if old:
+    if mode == "old":
         command = [sys.executable, "-c", _OLD, *args, "--threads", str(os.cpu_count() or 1)]
     else:
         command = [str(Path(sys.executable).with_name("vaswani-train")), *args]
+        command += ["--threads", str(os.cpu_count() or 1)] if mode == "all" else []
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     busy = _busy(busy_count)
     time.sleep(1.0)  # the busy ones are running when the run looks at the machine
@@ -77,7 +82,7 @@ def run_row(name: str, max_steps: int | None, work: Path) -> dict:
             process.kill()
             process.wait()
     text = log_path.read_text()
-    row = {"row": name, "busy": busy_count, "old": old, "load_at_start": float(load), "wall_s": round(wall, 1)}
+    row = {"row": name, "busy": busy_count, "mode": mode, "load_at_start": float(load), "wall_s": round(wall, 1)}
     row["returncode"] = completed.returncode
     # the whole command's CPU time (data, training, evaluation); the busy processes are reaped after this was read
     row["command_cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
@@ -105,7 +110,7 @@ def table(rows: list[dict]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        label = row["row"] + (" (all cores, OpenMP's default waits)" if row["old"] else "")
+        label = row["row"] + _MODES.get(row["mode"], "")
         train = f"{row['train_min']:.2f} min" if row.get("train_min") is not None else "-"
         lines.append(
             f"| {label} | {row['busy']} | {row.get('threads') or '-'} | {row['load_at_start']:.2f} "

@@ -55,6 +55,7 @@ BAD_VALUES = [
     ("recipe-string-for-bool", "train", ["{tmp}/string_flag.yaml", "--output_dir", "{tmp}/run"], ["{tmp}/string_flag.yaml: key 'fp16'", "'yes' (a string)", "true or false"], True),
     ("recipe-mapping-for-float", "train", ["{tmp}/mapping_rate.yaml", "--output_dir", "{tmp}/run"], ["key 'learning_rate'", "(a mapping)", "a number"], True),
     ("recipe-dropout-nan", "train", ["{tmp}/nan_dropout.yaml", "--output_dir", "{tmp}/run"], ["{tmp}/nan_dropout.yaml: key 'dropout'", "must be a finite number"], True),
+    ("eval-split-typo", "train", ["toy", "--final_eval_splits", "validation,tset", "--output_dir", "{tmp}/run"], ["--final_eval_splits validation,tset", "'tset' is not a split", "or none"], True),
     ("label-smoothing-1", "train", ["toy", "--label_smoothing_factor", "1", "--output_dir", "{tmp}/run"], ["--label_smoothing_factor 1", "must be in [0, 1)"], True),
     ("dropout-above-1", "train", ["toy", "--dropout", "1.5", "--output_dir", "{tmp}/run"], ["--dropout 1.5", "must be in [0, 1)"], True),
     ("warmup-negative", "train", ["toy", "--warmup_steps", "-4", "--output_dir", "{tmp}/run"], ["--warmup_steps -4", "must be 0 or more"], True),

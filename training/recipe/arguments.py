@@ -144,7 +144,8 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         default=None, metadata={"help": "Stop training after this much wall-clock time (a budget)."}
     )
     final_eval_splits: str = field(
-        default="validation,test", metadata={"help": "Splits translated and scored at the end (comma-separated)."}
+        default="validation,test",
+        metadata={"help": "Splits translated and scored at the end (comma-separated, of validation and test; none)."},
     )
     num_samples_to_print: int = field(default=5, metadata={"help": "Sample test translations printed at the end."})
     verbose: bool = field(

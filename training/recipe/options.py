@@ -412,6 +412,8 @@ def _check_training_values(options: dict[str, str], recipe: Path | None, command
             f"{where('learning_rate')}--learning_rate {options['learning_rate']}: must be a finite number >= 0 (0, "
             "the default, is the paper's schedule peak)"
         )
+    if "final_eval_splits" in options:
+        final_eval_split_names(options["final_eval_splits"], where("final_eval_splits"))
     for name, (kind, low, high, low_open, high_open, meaning) in TRAINING_RANGES.items():
         number = _option_number(options, name, kind, where)
         if number is None:
@@ -419,6 +421,24 @@ def _check_training_values(options: dict[str, str], recipe: Path | None, command
         problem = number_problem(number, low, high, low_open=low_open, high_open=high_open)
         if problem is not None:
             raise UsageError(f"{where(name)}--{name} {options[name]}: {problem} ({meaning})")
+
+
+EVAL_SPLITS = ("validation", "test")
+
+
+def final_eval_split_names(value: str, where: str = "") -> list[str]:
+    """--final_eval_splits as a list: names of EVAL_SPLITS, or none (also ""). Any other name is a UsageError before
+    any work: it used to be skipped without a word, so a typo trained a model and scored nothing."""
+    if value.strip().lower() in ("", "none"):
+        return []
+    names = [name.strip() for name in value.split(",")]
+    unknown = [name for name in names if name not in EVAL_SPLITS]
+    if unknown:
+        raise UsageError(
+            f"{where}--final_eval_splits {value}: {', '.join(map(repr, unknown))} is not a split scored at the end; "
+            f"give {' or '.join(EVAL_SPLITS)} (comma-separated), or none"
+        )
+    return names
 
 
 # The numeric training values with an obvious range, checked before torch: name -> (type, low, high, low excluded,

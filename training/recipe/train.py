@@ -66,7 +66,7 @@ from .checkpoints import (
 from .console import ProgressLines, RunBanner, configure_logging, print_summary
 from .launch import check_launch
 from .model_card import write_model_card
-from .options import TrainRequest, as_request, parse_arguments
+from .options import TrainRequest, as_request, final_eval_split_names, parse_arguments
 from .run_record import Hyperparameters, RunRecord, RunResults, Sample, SplitScores
 from .schedule import peak_learning_rate
 from .trainer import ThreadWatchCallback, TimeBudgetCallback, TrainingClock, VaswaniTrainer
@@ -587,8 +587,9 @@ def evaluate_final_model(
     """BLEU and chrF of --final_eval_splits with the paper's decoding (beam 4, GNMT alpha 0.6, max length source +
     50), and the first test translations as samples."""
     scores, samples = {}, []
-    for split in training_args.final_eval_splits.split(","):
+    for split in final_eval_split_names(training_args.final_eval_splits):
         if split not in data.raw:
+            logger.warning("--final_eval_splits names %s, which the data has not: it is not scored", split)
             continue
         values, sources, hypotheses, references = evaluate_split(
             model, data.tokenizer, data.raw[split], data.source_lang, data.target_lang, metric, training_args,
