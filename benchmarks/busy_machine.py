@@ -30,6 +30,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -55,11 +56,12 @@ def _busy(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-def run_row(name: str, max_steps: int | None, work: Path) -> dict:
+def run_row(name: str, max_steps: int | None, work: Path, extra: list[str] = ()) -> dict:
     busy_count, mode = ROWS[name]
     output_dir = work / name
     args = ["toy", "--output_dir", str(output_dir), "--report_to", "none"]
     args += ["--max_steps", str(max_steps)] if max_steps else []
+    args += list(extra)
     if mode == "old":
         command = [sys.executable, "-c", _OLD, *args, "--threads", str(os.cpu_count() or 1)]
     else:
@@ -127,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", default=",".join(ROWS), help=f"Comma-separated, of {', '.join(ROWS)}.")
     parser.add_argument("--json", type=Path, default=None, help="Write the rows here as JSON.")
+    parser.add_argument(
+        "--train_args",
+        default="",
+        help="More vaswani-train options for every row, e.g. '--preset old_toy.json' to measure another preset.",
+    )
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.rows.split(",") if name.strip()]
     unknown = [name for name in names if name not in ROWS]
@@ -135,14 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="busy_machine-") as work:
         for name in names:
-            row = run_row(name, args.max_steps, Path(work))
+            row = run_row(name, args.max_steps, Path(work), shlex.split(args.train_args))
             print(json.dumps({k: v for k, v in row.items() if k != "log_tail"}), flush=True)
             if "log_tail" in row:
                 print(row["log_tail"], file=sys.stderr)
             rows.append(row)
             if args.json is not None:
                 args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    print(f"\n{os.cpu_count()} CPUs; vaswani-train toy" + (f" --max_steps {args.max_steps}" if args.max_steps else ""))
+    shown = (f" --max_steps {args.max_steps}" if args.max_steps else "") + (
+        f" {args.train_args}" if args.train_args else ""
+    )
+    print(f"\n{os.cpu_count()} CPUs; vaswani-train toy{shown}")
     print(table(rows))
     return 0
 

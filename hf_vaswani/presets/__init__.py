@@ -1,5 +1,5 @@
 """Named architectures, as config files (fairseq's named architectures): `base` and `big` of the paper's Table 3,
-`small` (d 256, 3+3 layers, 4 heads, ffn 1024), `toy` (d 192, 3+3, 4 heads, ffn 768) and `tiny` (for tests).
+`small` (d 256, 3+3 layers, 4 heads, ffn 1024), `toy` (d 96, 3+3, 4 heads, ffn 384) and `tiny` (for tests).
 
     config = hf_vaswani.preset_config("base", vocab_size=32000)
     config = hf_vaswani.preset_config("small", tokenizer=tokenizer)   # vocabulary size and special ids from it
