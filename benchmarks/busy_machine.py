@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--train_args",
         default="",
-        help="More vaswani-train options for every row, e.g. '--preset old_toy.json' to measure another preset.",
+        help="More vaswani-train options for every row, e.g. '--preset FILE' to measure another preset.",
     )
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.rows.split(",") if name.strip()]

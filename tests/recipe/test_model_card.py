@@ -96,6 +96,7 @@ def test_body_is_filled_in(run_dir, run):
     assert f"| test | {test.sentences} | {test.bleu:.2f} | {test.chrf:.2f} |" in body
     assert f"sacreBLEU signature: `{test.bleu_signature}`" in body
     assert "| checkpoint averaging | none (--average_last_n 0) |" in body
+    assert "| learning-rate schedule | stock `inverse_sqrt`:" in body  # the scheduler's name, not its enum's repr
     for sample in run.samples:
         assert sample.source in body
 

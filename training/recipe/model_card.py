@@ -159,7 +159,7 @@ def render_model_card(run: RunRecord, model_name: str = "hf-vaswani") -> str:
         "vocab_size": config.get("vocab_size"),
         "parameters": f"{results.parameters / 1e6:.2f}M",
         "adam": f"β1 = {args.adam_beta1:g}, β2 = {args.adam_beta2:g}, ε = {args.adam_epsilon:g}",
-        "lr_scheduler": args.lr_scheduler_type,
+        "lr_scheduler": getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),  # not the enum's repr
         "learning_rate": f"{args.learning_rate:.3g}",
         "paper_learning_rate": f"{peak_learning_rate(d_model, warmup):.3g}" if warmup >= 1 else "n/a",
         "warmup_steps": _number(warmup),
