@@ -42,6 +42,14 @@ def pytest_configure(config):
     # into a folder of their own, removed at the end, not into the user's cache.
     config._hf_vaswani_datasets_cache = tempfile.mkdtemp(prefix="hf_vaswani_tests_datasets_")
     os.environ["HF_DATASETS_CACHE"] = config._hf_vaswani_datasets_cache
+    # torch's Inductor caches the C++ kernels it compiles (in /tmp/torchinductor_$USER) without the ATen CPU capability
+    # in the key, so kernels built under one ATEN_CPU_CAPABILITY are reused under another: measured on this AVX-512
+    # machine, test_forward_under_torch_compile under ATEN_CPU_CAPABILITY=avx2 after a default run gave logits off by
+    # 1e12, and the default run after an avx2 one crashed. A cache per capability keeps .ci/other_cpus.sh's runs apart.
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    os.environ.setdefault(
+        "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_tests_{capability}")
+    )
 
 
 def pytest_collection_modifyitems(config, items):
