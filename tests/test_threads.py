@@ -223,6 +223,8 @@ def test_follow_brings_a_change_made_in_one_thread_to_another():
         while worker[0] is None:
             time.sleep(0.01)
         worker[0].put(torch.get_num_threads)
+        while not answers:  # the worker has computed (taken its count) before the load changes
+            time.sleep(0.01)
         watch._sampler, watch._next = StubSampler(1.0), 0.0  # due now: another program keeps one core busy
         assert in_a_thread(watch.follow) == 1  # seen and applied in another thread
         worker[0].put(torch.get_num_threads)  # the first worker still computes on its old count
